@@ -1,0 +1,14 @@
+"""fairseq_hybrid: a fairseq ``--user-dir`` plugin for attention LSTM translation models
+trained with hybrid data-model parallelism (Ono, Utiyama, Sumita 2019, arXiv 1909.00562).
+
+Importing the package registers the ``hybrid_lstm`` model (and its presets) and the
+``hybrid_cross_entropy`` criterion with fairseq, and lets fairseq's CLIs load checkpoints
+under torch >= 2.6 (``compat``).
+"""
+from .compat import allow_fairseq_checkpoints
+
+allow_fairseq_checkpoints()
+
+from . import criterion, model  # noqa: E402,F401  (registration side effects)
+
+__version__ = "0.1.0"

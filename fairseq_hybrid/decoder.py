@@ -1,0 +1,224 @@
+"""The stacked LSTM decoder, without input feeding (default) or with it (HybridNMT-IF).
+
+Without input feeding the decoder LSTM never sees the attention context, so
+``extract_features`` returns the top decoder states H for every target step in one pass
+and ``output_layer(features, encoder_out)`` applies the shared ``AttentionHead``.
+With ``--input-feeding`` each step's H_c feeds the next step, so ``extract_features`` runs
+step by step, applies attention and combine itself and returns H_c; ``output_layer`` then
+only projects (``features_are_combined`` tells the criterion which case it has).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+from fairseq.models import FairseqIncrementalDecoder
+from fairseq.modules import FairseqDropout
+from torch import Tensor
+
+from .encoder import EncoderOut, attention_in_source_order
+from .head import AttentionHead
+from .layers import linear
+from .lstm_stack import LSTMStack, State, run_layer
+
+IncrementalState = Dict[str, Dict[str, Optional[Tensor]]]
+
+
+class HybridLSTMDecoder(FairseqIncrementalDecoder):
+    def __init__(
+        self,
+        dictionary,
+        embed_tokens: nn.Embedding,
+        hidden_size: int,
+        num_layers: int,
+        out_embed_dim: int,
+        encoder_hidden_size: int,
+        dropout_in: float,
+        dropout_out: float,
+        share_input_output_embed: bool,
+        input_feeding: bool,
+        max_target_positions: int,
+    ) -> None:
+        super().__init__(dictionary)
+        self.embed_tokens = embed_tokens
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.input_feeding = input_feeding
+        self.features_are_combined = input_feeding
+        self.max_target_positions = max_target_positions
+        self.need_attn = True
+        name = self.__class__.__name__
+        self.dropout_in = FairseqDropout(dropout_in, module_name=name)
+        feed_size = out_embed_dim if input_feeding else 0
+        self.stack = LSTMStack(
+            embed_tokens.embedding_dim + feed_size, hidden_size, num_layers, dropout_out, name
+        )
+        if encoder_hidden_size != hidden_size:
+            self.bridge_hidden: Optional[nn.Linear] = linear(encoder_hidden_size, hidden_size)
+            self.bridge_cell: Optional[nn.Linear] = linear(encoder_hidden_size, hidden_size)
+        else:
+            self.bridge_hidden = self.bridge_cell = None
+        self.head = AttentionHead(
+            hidden_size,
+            encoder_hidden_size,
+            out_embed_dim,
+            len(dictionary),
+            dropout_out,
+            tied_embedding=embed_tokens if share_input_output_embed else None,
+        )
+
+    # ----------------------------------------------------------------- states
+    def initial_states(self, encoder_out: EncoderOut) -> List[State]:
+        """Decoder layer l starts from encoder layer l's final state (bridged if the
+        sizes differ)."""
+        states = []
+        for hidden, cell in zip(encoder_out["final_hiddens"], encoder_out["final_cells"]):
+            if self.bridge_hidden is not None:
+                hidden, cell = self.bridge_hidden(hidden), self.bridge_cell(cell)
+            states.append((hidden, cell))
+        return states
+
+    def embed(self, prev_output_tokens: Tensor) -> Tensor:
+        """Target-side input tokens -> time-major, dropped-out embeddings."""
+        return self.dropout_in(self.embed_tokens(prev_output_tokens)).transpose(0, 1)
+
+    def cached_state(
+        self, incremental_state: Optional[IncrementalState]
+    ) -> Optional[Tuple[List[State], Optional[Tensor]]]:
+        if incremental_state is None:
+            return None
+        cache = self.get_incremental_state(incremental_state, "cached_state")
+        if cache is None:
+            return None
+        hiddens, cells = cache["hiddens"], cache["cells"]
+        states = [(hiddens[i], cells[i]) for i in range(self.num_layers)]
+        return states, cache["input_feed"]
+
+    def store_state(
+        self,
+        incremental_state: Optional[IncrementalState],
+        states: List[State],
+        input_feed: Optional[Tensor],
+    ) -> None:
+        if incremental_state is None:
+            return
+        cache: Dict[str, Optional[Tensor]] = {
+            "hiddens": torch.stack([h for h, _ in states]),
+            "cells": torch.stack([c for _, c in states]),
+            "input_feed": input_feed,
+        }
+        self.set_incremental_state(incremental_state, "cached_state", cache)
+
+    def reorder_incremental_state(
+        self, incremental_state: IncrementalState, new_order: Tensor
+    ) -> None:
+        cache = self.get_incremental_state(incremental_state, "cached_state")
+        if cache is None:
+            return
+        reordered = {
+            "hiddens": cache["hiddens"].index_select(1, new_order),
+            "cells": cache["cells"].index_select(1, new_order),
+            "input_feed": None
+            if cache["input_feed"] is None
+            else cache["input_feed"].index_select(0, new_order),
+        }
+        self.set_incremental_state(incremental_state, "cached_state", reordered)
+
+    # --------------------------------------------------------------- forward
+    def forward(
+        self,
+        prev_output_tokens: Tensor,
+        encoder_out: Optional[EncoderOut] = None,
+        incremental_state: Optional[IncrementalState] = None,
+        features_only: bool = False,
+        **unused: Any,
+    ) -> Tuple[Tensor, Dict[str, Any]]:
+        features, extra = self.extract_features(
+            prev_output_tokens, encoder_out, incremental_state
+        )
+        if features_only:
+            return features, extra
+        logits, attn = self.output_layer(features, encoder_out, extra.get("attn"))
+        return logits, {"attn": [attn], "encoder_out": encoder_out}
+
+    def extract_features(
+        self,
+        prev_output_tokens: Tensor,
+        encoder_out: Optional[EncoderOut] = None,
+        incremental_state: Optional[IncrementalState] = None,
+        **unused: Any,
+    ) -> Tuple[Tensor, Dict[str, Any]]:
+        """Top decoder states H (B x T x hidden), or H_c with input feeding."""
+        if encoder_out is None:
+            raise ValueError("hybrid_lstm's decoder needs the encoder output")
+        cached = self.cached_state(incremental_state)
+        if cached is not None:
+            prev_output_tokens = prev_output_tokens[:, -1:]
+            states, input_feed = cached
+        else:
+            states, input_feed = self.initial_states(encoder_out), None
+        x = self.embed(prev_output_tokens)
+        if self.input_feeding:
+            return self._input_fed_features(x, states, input_feed, encoder_out, incremental_state)
+        top, finals = self.stack(x, None, states)
+        self.store_state(incremental_state, finals, None)
+        return top.transpose(0, 1), {"attn": None, "encoder_out": encoder_out}
+
+    def _input_fed_features(
+        self,
+        x: Tensor,
+        states: List[State],
+        input_feed: Optional[Tensor],
+        encoder_out: EncoderOut,
+        incremental_state: Optional[IncrementalState],
+    ) -> Tuple[Tensor, Dict[str, Any]]:
+        """HybridNMT-IF: step by step, H_c of step t-1 concatenated to the input of t."""
+        sources = encoder_out["encoder_out"]
+        mask = encoder_out["encoder_padding_mask"]
+        if input_feed is None:
+            input_feed = x.new_zeros(x.size(1), self.head.combine_proj.out_features)
+        combined_steps, weight_steps = [], []
+        for step in range(x.size(0)):
+            layer_input = torch.cat([x[step], input_feed], dim=1).unsqueeze(0)
+            for index, layer in enumerate(self.stack.layers):
+                layer_input, states[index] = run_layer(
+                    layer, self.stack.layer_input(index, layer_input), None, states[index]
+                )
+            query = layer_input.transpose(0, 1)  # B x 1 x hidden
+            context, weights = self.head.attend(query, sources, mask)
+            input_feed = self.head.combine(query, context).squeeze(1)
+            combined_steps.append(input_feed)
+            weight_steps.append(weights)
+        self.store_state(incremental_state, states, input_feed)
+        return torch.stack(combined_steps, dim=1), {
+            "attn": torch.cat(weight_steps, dim=1),
+            "encoder_out": encoder_out,
+        }
+
+    def output_layer(
+        self,
+        features: Tensor,
+        encoder_out: Optional[EncoderOut] = None,
+        attn: Optional[Tensor] = None,
+        **unused: Any,
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        """Logits (B x T x V) and attention weights in the caller's source positions
+        (None while training, as fairseq's lstm does)."""
+        if self.features_are_combined:
+            logits = self.head.project(features)
+        else:
+            if encoder_out is None:
+                raise ValueError("output_layer needs encoder_out to attend over")
+            logits, attn = self.head(
+                features, encoder_out["encoder_out"], encoder_out["encoder_padding_mask"]
+            )
+        if self.training or not self.need_attn or attn is None or encoder_out is None:
+            return logits, None
+        return logits, attention_in_source_order(attn, encoder_out)
+
+    def max_positions(self) -> int:
+        return self.max_target_positions
+
+    def make_generation_fast_(self, need_attn: bool = False, **kwargs: Any) -> None:
+        self.need_attn = need_attn

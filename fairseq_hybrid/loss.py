@@ -1,0 +1,97 @@
+"""Label-smoothed cross entropy of the head, computed on target-token chunks.
+
+Only real (non-padding) target tokens are gathered and projected; logits are materialised
+at most ``chunk_tokens`` tokens at a time and recomputed in backward
+(``torch.utils.checkpoint``), so batch x length x vocabulary logits never exist at once.
+The sums equal fairseq's ``label_smoothed_nll_loss(..., reduce=True)``.
+This function is what one data-parallel shard of the head runs.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import torch
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from .encoder import EncoderOut
+from .head import AttentionHead
+
+
+class HeadLoss(NamedTuple):
+    loss: Tensor  # summed label-smoothed loss (differentiable)
+    nll_loss: Tensor  # summed negative log-likelihood (detached)
+    n_correct: Optional[Tensor]  # argmax == target count, when asked for
+
+
+def smoothed_token_loss(
+    logits: Tensor, target: Tensor, epsilon: float, count_correct: bool
+) -> tuple:
+    """Sums over tokens of fairseq's smoothed loss, nll and (optionally) correct argmaxes.
+
+    With lprobs = logits - logsumexp: nll = -lprobs[target], smooth = -sum(lprobs);
+    loss = (1 - eps - eps_i) * nll + eps_i * smooth, eps_i = eps / (V - 1).
+    """
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
+    log_normaliser = torch.logsumexp(logits, dim=-1)
+    nll = log_normaliser - logits.gather(1, target.unsqueeze(1)).squeeze(1)
+    nll_sum = nll.sum()
+    if epsilon > 0:
+        vocab = logits.size(-1)
+        eps_i = epsilon / (vocab - 1)
+        smooth_sum = (vocab * log_normaliser - logits.sum(dim=-1)).sum()
+        loss = (1.0 - epsilon - eps_i) * nll_sum + eps_i * smooth_sum
+    else:
+        loss = nll_sum
+    correct = logits.argmax(dim=-1).eq(target).sum() if count_correct else None
+    return loss, nll_sum.detach(), correct
+
+
+def head_loss(
+    head: AttentionHead,
+    features: Tensor,
+    encoder_out: EncoderOut,
+    target: Tensor,
+    padding_idx: int,
+    epsilon: float,
+    chunk_tokens: int,
+    features_are_combined: bool = False,
+    ignore_prefix_size: int = 0,
+    count_correct: bool = False,
+) -> HeadLoss:
+    """Loss of the head over one batch (or shard) of sentences.
+
+    features: B x T x D decoder states H (or H_c when ``features_are_combined``);
+    target: B x T with ``padding_idx`` at padding.
+    """
+    selected = target.ne(padding_idx)
+    if ignore_prefix_size > 0:
+        selected[:, :ignore_prefix_size] = False
+    if features_are_combined:
+        combined = features[selected]
+    else:
+        context, _ = head.attend(
+            features, encoder_out["encoder_out"], encoder_out["encoder_padding_mask"]
+        )
+        combined = head.combine(features[selected], context[selected])
+    tokens = target[selected]
+
+    def chunk_loss(combined_chunk: Tensor, target_chunk: Tensor) -> tuple:
+        return smoothed_token_loss(
+            head.project(combined_chunk), target_chunk, epsilon, count_correct
+        )
+
+    total = tokens.numel()
+    if chunk_tokens <= 0 or total <= chunk_tokens:
+        return HeadLoss(*chunk_loss(combined, tokens))
+    parts = [
+        checkpoint(chunk_loss, combined[start : start + chunk_tokens],
+                   tokens[start : start + chunk_tokens], use_reentrant=False)
+        for start in range(0, total, chunk_tokens)
+    ]
+    return HeadLoss(
+        torch.stack([p[0] for p in parts]).sum(),
+        torch.stack([p[1] for p in parts]).sum(),
+        torch.stack([p[2] for p in parts]).sum() if count_correct else None,
+    )

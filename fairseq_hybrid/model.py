@@ -1,0 +1,97 @@
+"""``hybrid_lstm``: fairseq registration, construction and presets of the HybridNMT model
+(Luong-style stacked LSTM encoder-decoder, global "general" attention, no input feeding).
+
+``forward(..., features_only=True)`` returns the top decoder states H and the encoder
+output, which is all the ``hybrid_cross_entropy`` criterion needs to run the head itself.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from fairseq.models import (
+    ARCH_CONFIG_REGISTRY,
+    FairseqEncoderDecoderModel,
+    register_model,
+    register_model_architecture,
+)
+from fairseq.utils import safe_getattr
+
+from .config import HybridLSTMConfig, dropout_or_default, validate_model_config
+from .decoder import HybridLSTMDecoder
+from .encoder import HybridLSTMEncoder
+from .errors import HybridConfigError
+from .layers import embedding
+
+MODEL_NAME = "hybrid_lstm"
+
+
+@register_model(MODEL_NAME, dataclass=HybridLSTMConfig)
+class HybridLSTMModel(FairseqEncoderDecoderModel):
+    def __init__(self, encoder: HybridLSTMEncoder, decoder: HybridLSTMDecoder) -> None:
+        super().__init__(encoder, decoder)
+
+    @classmethod
+    def build_model(cls, cfg: HybridLSTMConfig, task: Any) -> "HybridLSTMModel":
+        validate_model_config(cfg)
+        src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+        encoder_embed = embedding(len(src_dict), cfg.encoder_embed_dim, src_dict.pad())
+        share_output = cfg.share_decoder_input_output_embed
+        if cfg.share_all_embeddings:
+            if src_dict != tgt_dict:
+                raise HybridConfigError(
+                    "--share-all-embeddings needs a joined dictionary "
+                    "(fairseq-preprocess --joined-dictionary)"
+                )
+            decoder_embed, share_output = encoder_embed, True
+        else:
+            decoder_embed = embedding(len(tgt_dict), cfg.decoder_embed_dim, tgt_dict.pad())
+        encoder = HybridLSTMEncoder(
+            src_dict,
+            encoder_embed,
+            hidden_size=cfg.encoder_hidden_size,
+            num_layers=cfg.encoder_layers,
+            dropout_in=dropout_or_default(cfg.encoder_dropout_in, cfg.dropout),
+            dropout_out=dropout_or_default(cfg.encoder_dropout_out, cfg.dropout),
+            max_source_positions=cfg.max_source_positions,
+        )
+        decoder = HybridLSTMDecoder(
+            tgt_dict,
+            decoder_embed,
+            hidden_size=cfg.decoder_hidden_size,
+            num_layers=cfg.decoder_layers,
+            out_embed_dim=cfg.decoder_out_embed_dim,
+            encoder_hidden_size=cfg.encoder_hidden_size,
+            dropout_in=dropout_or_default(cfg.decoder_dropout_in, cfg.dropout),
+            dropout_out=dropout_or_default(cfg.decoder_dropout_out, cfg.dropout),
+            share_input_output_embed=share_output,
+            input_feeding=cfg.input_feeding,
+            max_target_positions=cfg.max_target_positions,
+        )
+        return cls(encoder, decoder)
+
+
+def parse_time_checks(args: Any) -> None:
+    """Runs while fairseq parses the command line (fairseq calls the --arch function
+    there), so bad values stop the run before any file is touched."""
+    validate_model_config(args)
+    from .criterion import validate_criterion_args
+
+    validate_criterion_args(args)
+
+
+# register_model(..., dataclass=...) registers a no-op architecture under the model's own
+# name (its defaults come from the dataclass); swap in the parse-time checks.
+ARCH_CONFIG_REGISTRY[MODEL_NAME] = parse_time_checks
+
+
+@register_model_architecture(MODEL_NAME, "hybrid_lstm_wmt_en_de")
+def hybrid_lstm_wmt_en_de(args: Any) -> None:
+    """fairseq's ``lstm_luong_wmt_en_de`` sizes (4+4 layers x 1000) without input feeding."""
+    for name in ("encoder_embed_dim", "encoder_hidden_size", "decoder_embed_dim",
+                 "decoder_hidden_size", "decoder_out_embed_dim"):
+        setattr(args, name, safe_getattr(args, name, 1000))
+    args.encoder_layers = safe_getattr(args, "encoder_layers", 4)
+    args.decoder_layers = safe_getattr(args, "decoder_layers", 4)
+    args.encoder_dropout_out = safe_getattr(args, "encoder_dropout_out", 0.0)
+    args.decoder_dropout_out = safe_getattr(args, "decoder_dropout_out", 0.0)
+    parse_time_checks(args)

@@ -1,0 +1,63 @@
+"""Small models and batches built the way fairseq builds them (dictionary, collater)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from fairseq.data import Dictionary, LanguagePairDataset
+
+import fairseq_hybrid  # noqa: F401  (registers the model and criterion)
+from fairseq_hybrid.config import HybridLSTMConfig
+from fairseq_hybrid.model import HybridLSTMModel
+
+
+def make_dictionary(size: int = 40) -> Dictionary:
+    dictionary = Dictionary()
+    for i in range(size):
+        dictionary.add_symbol(f"w{i}")
+    return dictionary
+
+
+def make_task(dictionary: Dictionary) -> Any:
+    return SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+
+
+def make_model(dictionary: Dictionary, seed: int = 0, dtype=torch.float64, **overrides) -> HybridLSTMModel:
+    options = dict(
+        encoder_embed_dim=12, encoder_hidden_size=16, encoder_layers=2,
+        decoder_embed_dim=12, decoder_hidden_size=14, decoder_layers=2,
+        decoder_out_embed_dim=12, dropout=0.0,
+        max_source_positions=1024, max_target_positions=1024,
+    )
+    options.update(overrides)
+    torch.manual_seed(seed)
+    model = HybridLSTMModel.build_model(HybridLSTMConfig(**options), make_task(dictionary))
+    return model.to(dtype)
+
+
+def make_batch(dictionary: Dictionary, lengths, seed: int = 1) -> dict:
+    """A collated batch of random sentences with the given (src_len, tgt_len) pairs:
+    left-padded sources, right-padded targets, sorted by source length like fairseq."""
+    generator = torch.Generator().manual_seed(seed)
+    low, high = dictionary.nspecial, len(dictionary)
+
+    def sentence(n: int) -> torch.Tensor:
+        body = torch.randint(low, high, (n - 1,), generator=generator)
+        return torch.cat([body, torch.tensor([dictionary.eos()])])
+
+    src = [sentence(s) for s, _ in lengths]
+    tgt = [sentence(t) for _, t in lengths]
+    dataset = LanguagePairDataset(
+        src, torch.tensor([len(s) for s in src]), dictionary,
+        tgt, torch.tensor([len(t) for t in tgt]), dictionary,
+    )
+    return dataset.collater([dataset[i] for i in range(len(src))])
+
+
+def random_lengths(count: int, seed: int, max_len: int = 9):
+    generator = torch.Generator().manual_seed(seed)
+    return [
+        tuple(int(v) for v in torch.randint(2, max_len + 1, (2,), generator=generator))
+        for _ in range(count)
+    ]
