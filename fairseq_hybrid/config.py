@@ -4,7 +4,6 @@ Option names reuse those of fairseq's ``lstm`` model where the two overlap. The 
 defaults are the ``hybrid_lstm`` preset (2+2 layers x 256 units); other presets live in
 ``model.py`` as fairseq architectures.
 """
-from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -70,6 +69,15 @@ def dropout_or_default(value: Optional[float], default: float) -> float:
     return default if value is None else value
 
 
+def effective(cfg: Any, name: str) -> Any:
+    """The option's value, or the preset default when the command line left it unset
+    (while fairseq parses, unset dataclass options are None)."""
+    value = getattr(cfg, name, None)
+    if value is None:
+        value = HybridLSTMConfig.__dataclass_fields__[name].default
+    return value
+
+
 def validate_model_config(cfg: Any) -> None:
     """Reject bad model options with one clear line. ``cfg`` is an argparse namespace or
     an omegaconf/dataclass config."""
@@ -97,25 +105,21 @@ def validate_model_config(cfg: Any) -> None:
         value = getattr(cfg, name, None)
         if value is not None:
             require(0.0 <= value < 1.0, "--" + name.replace("_", "-"), value, "a value in [0, 1)")
-    enc, dec = getattr(cfg, "encoder_layers", None), getattr(cfg, "decoder_layers", None)
-    if enc is not None and dec is not None:
+    enc, dec = effective(cfg, "encoder_layers"), effective(cfg, "decoder_layers")
+    require(
+        enc == dec, "--decoder-layers", dec,
+        f"must equal --encoder-layers ({enc}): decoder layer l starts from encoder "
+        "layer l's final state",
+    )
+    enc_embed, dec_embed = effective(cfg, "encoder_embed_dim"), effective(cfg, "decoder_embed_dim")
+    out_embed = effective(cfg, "decoder_out_embed_dim")
+    if effective(cfg, "share_all_embeddings"):
         require(
-            enc == dec, "--decoder-layers", dec,
-            f"must equal --encoder-layers ({enc}): decoder layer l starts from encoder "
-            "layer l's final state",
+            enc_embed == dec_embed, "--share-all-embeddings with --decoder-embed-dim",
+            dec_embed, f"must equal --encoder-embed-dim ({enc_embed})",
         )
-    if getattr(cfg, "share_all_embeddings", False):
+    if effective(cfg, "share_all_embeddings") or effective(cfg, "share_decoder_input_output_embed"):
         require(
-            cfg.encoder_embed_dim == cfg.decoder_embed_dim,
-            "--share-all-embeddings with --decoder-embed-dim", cfg.decoder_embed_dim,
-            f"must equal --encoder-embed-dim ({cfg.encoder_embed_dim})",
-        )
-    if getattr(cfg, "share_all_embeddings", False) or getattr(
-        cfg, "share_decoder_input_output_embed", False
-    ):
-        require(
-            cfg.decoder_out_embed_dim == cfg.decoder_embed_dim,
-            "--decoder-out-embed-dim", cfg.decoder_out_embed_dim,
-            f"with shared output embeddings it must equal --decoder-embed-dim "
-            f"({cfg.decoder_embed_dim})",
+            out_embed == dec_embed, "--decoder-out-embed-dim", out_embed,
+            f"with shared output embeddings it must equal --decoder-embed-dim ({dec_embed})",
         )

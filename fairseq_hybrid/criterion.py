@@ -5,7 +5,6 @@ combine, projection and the label-smoothed loss with ``loss.head_loss`` on targe
 chunks. Logging (loss, nll_loss, ppl, ntokens, nsentences, sample_size) is inherited from
 fairseq's ``label_smoothed_cross_entropy``, whose numbers it reproduces.
 """
-from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any

@@ -1,0 +1,28 @@
+# Everything a fresh machine needs: `make demo` and `make test` install into .venv first.
+PYTHON ?= python3
+VENV := .venv
+PIP := $(VENV)/bin/python -m pip
+STAMP := $(VENV)/.installed-stamp
+TORCH ?= torch==2.13.0
+
+.PHONY: install demo test clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml requirements/constraints.txt requirements/runtime.txt requirements/test.txt
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q -c requirements/constraints.txt "$(TORCH)"
+	$(PIP) install -q --no-deps -c requirements/constraints.txt ve-fairseq
+	$(PIP) install -q -c requirements/constraints.txt -r requirements/runtime.txt -r requirements/test.txt
+	$(PIP) install -q --no-deps -e .
+	touch $@
+
+demo: install
+	$(VENV)/bin/python -c "import fairseq_hybrid" 2>/dev/null
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash recipes/sample/run.sh
+
+test: install
+	$(VENV)/bin/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) work results/sample build *.egg-info
