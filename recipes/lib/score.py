@@ -1,0 +1,83 @@
+"""Score fairseq-generate output with sacreBLEU (BLEU and chrF, with signatures).
+
+    python recipes/lib/score.py --generate-output gen.out --reference test.de \
+        --json results/x/bleu.json [--source test.en --show 5]
+
+Hypotheses are the ``D-`` lines (detokenized by ``--remove-bpe sentencepiece``) put back
+in corpus order; every reference line must have one. The JSON is written atomically.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+import sacrebleu
+
+
+def read_hypotheses(path: str, expected: int) -> list[str]:
+    hypotheses: dict[int, str] = {}
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if line.startswith("D-"):
+                ident, _score, text = (line.rstrip("\n").split("\t") + ["", ""])[:3]
+                hypotheses[int(ident[2:])] = text
+    missing = [i for i in range(expected) if i not in hypotheses]
+    if missing:
+        sys.exit(
+            f"score.py: error: {len(missing)} of {expected} sentences have no hypothesis in "
+            f"{path} (first: {missing[:5]}); did fairseq-generate run with "
+            "--required-batch-size-multiple 1?"
+        )
+    return [hypotheses[i] for i in range(expected)]
+
+
+def write_json(path: str, payload: dict) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=os.path.dirname(os.path.abspath(path)),
+                                     delete=False, encoding="utf-8") as out:
+        json.dump(payload, out, indent=2, ensure_ascii=False)
+        out.write("\n")
+    os.replace(out.name, path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--generate-output", required=True)
+    parser.add_argument("--reference", required=True)
+    parser.add_argument("--source")
+    parser.add_argument("--json", required=True)
+    parser.add_argument("--show", type=int, default=0, help="print N example translations")
+    parser.add_argument("--extra", default="{}", help="JSON object merged into the output")
+    args = parser.parse_args()
+
+    with open(args.reference, encoding="utf-8") as handle:
+        references = [line.rstrip("\n") for line in handle]
+    hypotheses = read_hypotheses(args.generate_output, len(references))
+    bleu_metric, chrf_metric = sacrebleu.BLEU(), sacrebleu.CHRF()
+    bleu = bleu_metric.corpus_score(hypotheses, [references])
+    chrf = chrf_metric.corpus_score(hypotheses, [references])
+    payload = {
+        "bleu": round(bleu.score, 2),
+        "bleu_signature": str(bleu_metric.get_signature()),
+        "bleu_detail": str(bleu),
+        "chrf": round(chrf.score, 2),
+        "chrf_signature": str(chrf_metric.get_signature()),
+        "sentences": len(references),
+        **json.loads(args.extra),
+    }
+    write_json(args.json, payload)
+    if args.show and args.source:
+        with open(args.source, encoding="utf-8") as handle:
+            sources = [line.rstrip("\n") for line in handle]
+        for i in range(min(args.show, len(references))):
+            print(f"  SRC: {sources[i]}\n  REF: {references[i]}\n  HYP: {hypotheses[i]}\n")
+    print(f"{bleu}  ({bleu_metric.get_signature()})")
+    print(f"{chrf}  ({chrf_metric.get_signature()})")
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

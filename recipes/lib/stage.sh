@@ -1,0 +1,39 @@
+# Shared stage bookkeeping for the recipes (source it; bash).
+# A stage's output directory gets a `.done` marker written last; a stage whose marker
+# exists is skipped unless FORCE=1. Outputs are built in DIR.tmp and renamed into place,
+# so an interrupted stage never leaves a half-written DIR behind.
+
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# stage_needed NAME DIR: true when DIR must be (re)built.
+stage_needed() {
+  local name=$1 dir=$2
+  if [ "${FORCE:-0}" != "1" ] && [ -f "$dir/.done" ]; then
+    log "$name: done already ($dir), skipping (FORCE=1 redoes it)"
+    return 1
+  fi
+  log "$name: starting"
+  return 0
+}
+
+# stage_begin DIR: prints the temporary directory to build DIR in (fresh, empty).
+stage_begin() {
+  local dir=$1
+  rm -rf "$dir.tmp"
+  mkdir -p "$dir.tmp"
+  printf '%s\n' "$dir.tmp"
+}
+
+# stage_commit NAME DIR: move DIR.tmp into place and write the marker last.
+stage_commit() {
+  local name=$1 dir=$2
+  rm -rf "$dir"
+  mv "$dir.tmp" "$dir"
+  date -u +%Y-%m-%dT%H:%M:%SZ > "$dir/.done"
+  log "$name: done -> $dir"
+}
+
+require_tool() {
+  command -v "$1" >/dev/null 2>&1 || die "'$1' not found on PATH: run 'make install' and use .venv/bin (or 'make demo')"
+}

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# The bundled English->German sample, end to end on the CPU (what `make demo` runs):
+# sentencepiece -> fairseq-preprocess -> fairseq-train hybrid_lstm -> fairseq-generate
+# (beam 5) -> sacreBLEU/chrF on detokenized output -> results/sample/bleu.json.
+#
+# Stages: spm, binarize, train, generate, score (or all, the default):
+#   bash recipes/sample/run.sh [all|spm|binarize|train|generate|score]
+# Each stage skips when its output is complete; FORCE=1 redoes it.
+# Settings (environment): WORK (work/sample), RESULTS (results/sample), SPM_VOCAB (3000),
+# TRAIN_MINUTES (15), MAX_TOKENS (2000), LR (0.003), DROPOUT (0.3), BEAM (5), SEED (1),
+# DEVICE_ARGS (extra fairseq-train options, e.g. "--cpu").
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+. "$ROOT/recipes/lib/stage.sh"
+
+DATA=$ROOT/data/ende-sample
+WORK=${WORK:-$ROOT/work/sample}
+RESULTS=${RESULTS:-$ROOT/results/sample}
+SPM_VOCAB=${SPM_VOCAB:-3000}
+TRAIN_MINUTES=${TRAIN_MINUTES:-15}
+MAX_TOKENS=${MAX_TOKENS:-2000}
+LR=${LR:-0.003}
+DROPOUT=${DROPOUT:-0.3}
+BEAM=${BEAM:-5}
+SEED=${SEED:-1}
+DEVICE_ARGS=${DEVICE_ARGS:-}
+USER_DIR=$ROOT/fairseq_hybrid
+STAGE=${1:-all}
+
+case "$STAGE" in all|spm|binarize|train|generate|score) ;;
+  *) die "unknown stage '$STAGE': use all, spm, binarize, train, generate or score" ;;
+esac
+for tool in python fairseq-preprocess fairseq-train fairseq-generate; do require_tool "$tool"; done
+python - "$TRAIN_MINUTES" "$SPM_VOCAB" "$MAX_TOKENS" <<'PY' || exit 1
+import sys
+minutes, vocab, tokens = sys.argv[1:4]
+try:
+    assert float(minutes) > 0
+except (ValueError, AssertionError):
+    sys.exit(f"error: TRAIN_MINUTES={minutes!r} must be a number > 0")
+for name, value in (("SPM_VOCAB", vocab), ("MAX_TOKENS", tokens)):
+    if not value.isdigit() or int(value) < 100:
+        sys.exit(f"error: {name}={value!r} must be an integer >= 100")
+PY
+
+spm_stage() {
+  local out=$WORK/spm
+  stage_needed spm "$out" || return 0
+  local tmp; tmp=$(stage_begin "$out")
+  log "spm: training a joint ${SPM_VOCAB}-piece model on train.en + train.de"
+  python "$ROOT/recipes/lib/spm.py" train --vocab "$SPM_VOCAB" --model-prefix "$tmp/spm" \
+    "$DATA/train.en" "$DATA/train.de"
+  for split in train valid test; do
+    for lang in en de; do
+      python "$ROOT/recipes/lib/spm.py" encode --model "$tmp/spm.model" \
+        "$DATA/$split.$lang" "$tmp/$split.$lang"
+    done
+    log "spm: encoded $split ($(wc -l < "$tmp/$split.en") pairs)"
+  done
+  stage_commit spm "$out"
+}
+
+binarize_stage() {
+  local out=$WORK/bin
+  stage_needed binarize "$out" || return 0
+  local tmp; tmp=$(stage_begin "$out")
+  fairseq-preprocess --source-lang en --target-lang de \
+    --trainpref "$WORK/spm/train" --validpref "$WORK/spm/valid" --testpref "$WORK/spm/test" \
+    --destdir "$tmp" --joined-dictionary --workers 2 2>&1 | grep -E "sents|Wrote" >&2
+  stage_commit binarize "$out"
+}
+
+train_stage() {
+  local out=$WORK/checkpoints
+  stage_needed train "$out" || return 0
+  [ "${FORCE:-0}" = "1" ] && rm -rf "$out"
+  mkdir -p "$out"   # no .tmp here: an interrupted training resumes from checkpoint_last.pt
+  log "train: hybrid_lstm (2+2 x 256) for ${TRAIN_MINUTES} min on $WORK/bin"
+  local hours; hours=$(python -c "print($TRAIN_MINUTES / 60)")
+  fairseq-train "$WORK/bin" --user-dir "$USER_DIR" \
+    --arch hybrid_lstm --share-all-embeddings --dropout "$DROPOUT" \
+    --criterion hybrid_cross_entropy --label-smoothing 0.1 \
+    --optimizer adam --adam-betas '(0.9, 0.98)' --lr "$LR" --clip-norm 1.0 \
+    --max-tokens "$MAX_TOKENS" --stop-time-hours "$hours" --max-epoch 200 \
+    --save-dir "$out" --no-epoch-checkpoints --save-interval-updates 500 --keep-interval-updates 1 \
+    --required-batch-size-multiple 1 --num-workers 0 --seed "$SEED" \
+    --log-format simple --log-interval 100 $DEVICE_ARGS 2>&1 | tee "$out/train.log" \
+    | grep --line-buffered -E "epoch [0-9]+ \| (loss|valid on)|\| INFO \| (train|valid) \||done training|Error|error" >&2
+  [ -f "$out/checkpoint_best.pt" ] || die "train: no checkpoint_best.pt in $out (see $out/train.log)"
+  date -u +%Y-%m-%dT%H:%M:%SZ > "$out/.done"
+  log "train: done -> $out"
+}
+
+generate_stage() {
+  local out=$WORK/generate
+  stage_needed generate "$out" || return 0
+  local tmp; tmp=$(stage_begin "$out")
+  log "generate: beam $BEAM on the $(wc -l < "$DATA/test.en") test sentences"
+  local start=$SECONDS
+  fairseq-generate "$WORK/bin" --user-dir "$USER_DIR" \
+    --path "$WORK/checkpoints/checkpoint_best.pt" --gen-subset test \
+    --beam "$BEAM" --batch-size 64 --required-batch-size-multiple 1 \
+    --remove-bpe sentencepiece --num-workers 0 > "$tmp/test.out" 2> "$tmp/generate.log"
+  echo $((SECONDS - start)) > "$tmp/seconds"
+  grep -E "Translated|BLEU" "$tmp/generate.log" "$tmp/test.out" | sed 's/^/  /' >&2 || true
+  stage_commit generate "$out"
+}
+
+score_stage() {
+  log "score: sacreBLEU and chrF of detokenized output against the raw references"
+  python "$ROOT/recipes/lib/score.py" --generate-output "$WORK/generate/test.out" \
+    --reference "$DATA/test.de" --source "$DATA/test.en" --show 5 --json "$RESULTS/bleu.json" \
+    --extra "{\"model\": \"hybrid_lstm\", \"spm_vocab\": $SPM_VOCAB, \"train_minutes\": $TRAIN_MINUTES, \"beam\": $BEAM, \"generate_seconds\": $(cat "$WORK/generate/seconds")}"
+}
+
+mkdir -p "$WORK"
+case "$STAGE" in
+  spm) spm_stage ;;
+  binarize) binarize_stage ;;
+  train) train_stage ;;
+  generate) generate_stage ;;
+  score) score_stage ;;
+  all) spm_stage; binarize_stage; train_stage; generate_stage; score_stage ;;
+esac
