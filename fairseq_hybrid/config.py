@@ -61,6 +61,30 @@ class HybridLSTMConfig(FairseqDataclass):
             "then runs step by step)"
         },
     )
+    hybrid_devices: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "training only: the devices this process drives, comma-separated: "
+            "cuda:0,cuda:1,... or GPU indices 0,1,... or cpu,cpu,... (CPU devices, one "
+            "worker thread each). Encoder and decoder layer i go to device i in contiguous "
+            "blocks; the head is split by sentences over all of them. Default: this "
+            "process's GPU, else cpu. Generation always uses one device."
+        },
+    )
+    pipeline_chunks: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "training only: time chunks per batch for the layer pipeline "
+            "(default: 1 on one device, else 2 x devices)"
+        },
+    )
+    hybrid_balance: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "training only: layers per device, e.g. 2,1,1 (default: contiguous and "
+            "as even as possible)"
+        },
+    )
     max_source_positions: int = II("task.max_source_positions")
     max_target_positions: int = II("task.max_target_positions")
 

@@ -7,6 +7,7 @@ fairseq's ``label_smoothed_cross_entropy``, whose numbers it reproduces.
 """
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from fairseq import utils
@@ -65,20 +66,29 @@ class HybridCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
     def forward(self, model: Any, sample: dict, reduce: bool = True):
         if not reduce:  # per-token losses: the plain path materialises them anyway
             return super().forward(model, sample, reduce=False)
-        features, extra = model(**sample["net_input"], features_only=True)
         decoder = model.decoder
-        result = head_loss(
-            decoder.head,
-            features,
-            extra["encoder_out"],
-            model.get_targets(sample, None),
-            self.padding_idx,
-            self.eps,
-            self.softmax_chunk_tokens,
+        loss_fn = partial(
+            head_loss,
+            padding_idx=self.padding_idx,
+            epsilon=self.eps,
+            chunk_tokens=self.softmax_chunk_tokens,
             features_are_combined=decoder.features_are_combined,
             ignore_prefix_size=self.ignore_prefix_size,
             count_correct=self.report_accuracy,
         )
+        target = model.get_targets(sample, None)
+        engine = getattr(model, "hybrid_engine", None)
+        if engine is None:  # another fairseq model that shares our decoder interface
+            features, extra = model(**sample["net_input"], features_only=True)
+            result = loss_fn(decoder.head, features, extra["encoder_out"], target)
+        else:
+            engine = engine()
+            net_input = sample["net_input"]
+            features, encoder_out = engine.features(
+                net_input["src_tokens"], net_input["src_lengths"],
+                net_input["prev_output_tokens"],
+            )
+            result = engine.head_loss(features, encoder_out, target, loss_fn)
         sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
         logging_output = {
             "loss": result.loss.data,

@@ -72,12 +72,16 @@ class HybridLSTMDecoder(FairseqIncrementalDecoder):
     def initial_states(self, encoder_out: EncoderOut) -> List[State]:
         """Decoder layer l starts from encoder layer l's final state (bridged if the
         sizes differ)."""
-        states = []
-        for hidden, cell in zip(encoder_out["final_hiddens"], encoder_out["final_cells"]):
-            if self.bridge_hidden is not None:
-                hidden, cell = self.bridge_hidden(hidden), self.bridge_cell(cell)
-            states.append((hidden, cell))
-        return states
+        return [
+            self.bridge(hidden, cell)
+            for hidden, cell in zip(encoder_out["final_hiddens"], encoder_out["final_cells"])
+        ]
+
+    def bridge(self, hidden: Tensor, cell: Tensor) -> State:
+        """Map an encoder layer's final (h, c) to the decoder's hidden size if needed."""
+        if self.bridge_hidden is None:
+            return hidden, cell
+        return self.bridge_hidden(hidden), self.bridge_cell(cell)
 
     def embed(self, prev_output_tokens: Tensor) -> Tensor:
         """Target-side input tokens -> time-major, dropped-out embeddings."""

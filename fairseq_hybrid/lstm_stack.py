@@ -43,16 +43,17 @@ def run_layer(
         out, (h, c) = layer(x, (h0.unsqueeze(0), c0.unsqueeze(0)))
         return out, (h[0], c[0])
 
-    steps = steps.clamp(max=seq_len)
-    active = steps.gt(0).nonzero().squeeze(1)
-    if active.numel() == 0:
+    steps = steps.cpu().clamp(max=seq_len)
+    active_cpu = steps.gt(0).nonzero().squeeze(1)
+    if active_cpu.numel() == 0:
         return x.new_zeros(seq_len, batch_size, layer.hidden_size), state
-    everyone = active.numel() == batch_size
+    everyone = active_cpu.numel() == batch_size
+    active = active_cpu.to(x.device)
     sub_x = x if everyone else x.index_select(1, active)
     sub_h0 = h0 if everyone else h0.index_select(0, active)
     sub_c0 = c0 if everyone else c0.index_select(0, active)
     packed = pack_padded_sequence(
-        sub_x, steps.index_select(0, active).cpu(), enforce_sorted=False
+        sub_x, steps.index_select(0, active_cpu), enforce_sorted=False
     )
     packed_out, (h, c) = layer(packed, (sub_h0.unsqueeze(0), sub_c0.unsqueeze(0)))
     out, _ = pad_packed_sequence(packed_out, total_length=seq_len)

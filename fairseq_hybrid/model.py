@@ -6,7 +6,9 @@ output, which is all the ``hybrid_cross_entropy`` criterion needs to run the hea
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
+
+from torch import nn
 
 from fairseq.models import (
     ARCH_CONFIG_REGISTRY,
@@ -19,16 +21,47 @@ from fairseq.utils import safe_getattr
 from .config import HybridLSTMConfig, dropout_or_default, validate_model_config
 from .decoder import HybridLSTMDecoder
 from .encoder import HybridLSTMEncoder
+from .engine import HybridEngine
 from .errors import HybridConfigError
 from .layers import embedding
+from .placement import build_plan, check_plan_options
 
 MODEL_NAME = "hybrid_lstm"
 
 
 @register_model(MODEL_NAME, dataclass=HybridLSTMConfig)
 class HybridLSTMModel(FairseqEncoderDecoderModel):
-    def __init__(self, encoder: HybridLSTMEncoder, decoder: HybridLSTMDecoder) -> None:
+    def __init__(
+        self,
+        encoder: HybridLSTMEncoder,
+        decoder: HybridLSTMDecoder,
+        placement_options: Optional[dict] = None,
+    ) -> None:
         super().__init__(encoder, decoder)
+        self.placement_options = placement_options or {}
+        self._hybrid_engine: Optional[HybridEngine] = None
+
+    def hybrid_engine(self) -> HybridEngine:
+        """The training engine for ``--hybrid-devices``/``--pipeline-chunks``, built (and
+        the layers placed) on first use. Generation does not call this."""
+        if self._hybrid_engine is None:
+            plan = build_plan(
+                self.placement_options.get("hybrid_devices"),
+                self.placement_options.get("hybrid_balance"),
+                self.placement_options.get("pipeline_chunks"),
+                self.encoder.num_layers,
+                self.decoder.num_layers,
+            )
+            self._hybrid_engine = HybridEngine(self, plan)
+        return self._hybrid_engine
+
+    def _apply(self, fn, *args, **kwargs) -> nn.Module:
+        """Keep the placement through ``model.to(device)``/``.half()`` (fairseq's Trainer)."""
+        result = super()._apply(fn, *args, **kwargs)
+        engine = self.__dict__.get("_hybrid_engine")
+        if engine is not None:
+            engine.apply_placement()
+        return result
 
     @classmethod
     def build_model(cls, cfg: HybridLSTMConfig, task: Any) -> "HybridLSTMModel":
@@ -67,13 +100,18 @@ class HybridLSTMModel(FairseqEncoderDecoderModel):
             input_feeding=cfg.input_feeding,
             max_target_positions=cfg.max_target_positions,
         )
-        return cls(encoder, decoder)
+        placement_options = {
+            name: getattr(cfg, name, None)
+            for name in ("hybrid_devices", "hybrid_balance", "pipeline_chunks")
+        }
+        return cls(encoder, decoder, placement_options)
 
 
 def parse_time_checks(args: Any) -> None:
     """Runs while fairseq parses the command line (fairseq calls the --arch function
     there), so bad values stop the run before any file is touched."""
     validate_model_config(args)
+    check_plan_options(args)
     from .criterion import validate_criterion_args
 
     validate_criterion_args(args)

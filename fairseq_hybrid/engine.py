@@ -1,0 +1,167 @@
+"""The hybrid engine: runs ``hybrid_lstm`` for training over a placement plan.
+
+- ``apply_placement`` puts each LSTM layer on its device, embeddings/bridges/master head on
+  device 0 (again after any ``model.to()``/``.half()``, e.g. fairseq's Trainer's).
+- ``features`` runs the model-parallel part: embeddings, then the wavefront pipeline.
+- ``head_loss`` runs the data-parallel part: sentences split into one shard per device,
+  the head's parameters replicated (``torch.nn.parallel.replicate`` when every device is a
+  GPU; differentiable per-device copies otherwise, none needed for CPU devices), shard
+  losses summed on device 0; autograd reduces the head gradients to the master copy and
+  sends dH, dS back into the pipeline.
+
+Generation never uses the engine: it runs the plain model on one device.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+from torch.func import functional_call
+from torch.nn.parallel import parallel_apply, replicate
+
+from .encoder import EncoderOut
+from .head import AttentionHead
+from .loss import HeadLoss
+from .pipeline import WavefrontPipeline
+from .placement import PlacementPlan, shard_bounds
+from .worker import DeviceWorkers
+
+logger = logging.getLogger(__name__)
+
+# loss_fn(head, features, encoder_out, target) -> HeadLoss, for one shard of sentences
+ShardLossFn = Callable[[AttentionHead, Tensor, EncoderOut, Tensor], HeadLoss]
+
+
+class ShardLoss(nn.Module):
+    """The head plus its loss, as one module so ``replicate``/``parallel_apply`` can run it."""
+
+    def __init__(self, head: AttentionHead, loss_fn: ShardLossFn) -> None:
+        super().__init__()
+        self.head = head
+        self.loss_fn = loss_fn
+
+    def forward(self, features: Tensor, sources: Tensor, mask: Tensor, target: Tensor) -> HeadLoss:
+        encoder_out = {"encoder_out": sources, "encoder_padding_mask": mask}
+        return self.loss_fn(self.head, features, encoder_out, target)
+
+
+class HybridEngine:
+    def __init__(self, model: nn.Module, plan: PlacementPlan) -> None:
+        self.model = model
+        self.plan = plan
+        self.workers = DeviceWorkers(plan.devices)
+        self.pipeline = WavefrontPipeline(
+            model.encoder.stack, model.decoder.stack, model.decoder.bridge, plan, self.workers
+        )
+        self.apply_placement()
+        logger.info("\n" + plan.table())
+        if any(d.type == "cpu" for d in plan.devices) and plan.num_devices > 1:
+            logger.info(
+                f"hybrid: {self.workers.cpu_threads} torch thread(s) per CPU device worker"
+            )
+
+    @property
+    def plain(self) -> bool:
+        """One device, one chunk: the plain model on the calling thread."""
+        return self.plan.is_single_device and self.plan.chunks == 1
+
+    # ------------------------------------------------------------- placement
+    def apply_placement(self) -> None:
+        encoder, decoder, master = self.model.encoder, self.model.decoder, self.plan.master
+        for module in (encoder.embed_tokens, decoder.embed_tokens, decoder.head):
+            module.to(master)
+        if decoder.bridge_hidden is not None:
+            decoder.bridge_hidden.to(master)
+            decoder.bridge_cell.to(master)
+        for stack in (encoder.stack, decoder.stack):
+            for index, layer in enumerate(stack.layers):
+                layer.to(self.plan.device_of_layer(index))
+
+    # ------------------------------------------------------ model parallel
+    def features(
+        self, src_tokens: Tensor, src_lengths: Tensor, prev_output_tokens: Tensor
+    ) -> Tuple[Tensor, EncoderOut]:
+        """Top decoder states H (B x T x D) and the encoder output, as the model's
+        ``forward(..., features_only=True)`` gives them."""
+        master = self.plan.master
+        src_tokens, prev_output_tokens = src_tokens.to(master), prev_output_tokens.to(master)
+        if self.plain:
+            features, extra = self.model(
+                src_tokens, src_lengths, prev_output_tokens, features_only=True
+            )
+            return features, extra["encoder_out"]
+        encoder, decoder = self.model.encoder, self.model.decoder
+        tokens = encoder.right_pad(src_tokens)
+        out = self.pipeline.run(
+            encoder.embed(tokens), src_lengths, decoder.embed(prev_output_tokens)
+        )
+        finals = [(h.to(master), c.to(master)) for h, c in out.encoder_finals]
+        encoder_out = encoder.package(
+            out.encoder_top, finals, tokens.to(out.encoder_top.device),
+            encoder.source_shift(src_tokens, tokens).to(out.encoder_top.device),
+        )
+        return out.decoder_top.transpose(0, 1), encoder_out
+
+    # ------------------------------------------------------- data parallel
+    def head_loss(
+        self, features: Tensor, encoder_out: EncoderOut, target: Tensor, loss_fn: ShardLossFn
+    ) -> HeadLoss:
+        head = self.model.decoder.head
+        if self.plan.is_single_device:
+            device = self.plan.master
+            encoder_out = {k: v.to(device) for k, v in encoder_out.items()
+                           if k in ("encoder_out", "encoder_padding_mask")}
+            return loss_fn(head, features.to(device), encoder_out, target.to(device))
+        shards = [
+            (index, start, end)
+            for index, (start, end) in enumerate(shard_bounds(target.size(0), self.plan.num_devices))
+            if end > start
+        ]
+        inputs = [
+            tuple(
+                t[start:end].to(self.plan.devices[index])
+                for t in (features, encoder_out["encoder_out"],
+                          encoder_out["encoder_padding_mask"], target)
+            )
+            for index, start, end in shards
+        ]
+        results = self._run_shards(head, loss_fn, shards, inputs)
+        master = self.plan.master
+        n_correct = [r.n_correct for r in results if r.n_correct is not None]
+        return HeadLoss(
+            torch.stack([r.loss.to(master) for r in results]).sum(),
+            torch.stack([r.nll_loss.to(master) for r in results]).sum(),
+            torch.stack([c.to(master) for c in n_correct]).sum() if n_correct else None,
+        )
+
+    def _run_shards(
+        self,
+        head: AttentionHead,
+        loss_fn: ShardLossFn,
+        shards: List[Tuple[int, int, int]],
+        inputs: List[Tuple[Tensor, ...]],
+    ) -> List[HeadLoss]:
+        module = ShardLoss(head, loss_fn)
+        devices = [self.plan.devices[index] for index, _, _ in shards]
+        if all(d.type == "cuda" for d in self.plan.devices):
+            replicas = replicate(module, devices)
+            return parallel_apply(replicas, inputs, devices=devices)
+        params: Dict[str, Tensor] = dict(module.named_parameters())
+
+        def shard_task(device: torch.device, shard_inputs: Tuple[Tensor, ...]) -> Callable[[], Any]:
+            def run() -> HeadLoss:
+                if device == self.plan.master:
+                    return module(*shard_inputs)
+                copies = {name: p.to(device) for name, p in params.items()}
+                return functional_call(module, copies, shard_inputs)
+            return run
+
+        return self.workers.run_all(
+            [
+                (index, f"head shard {index}", shard_task(self.plan.devices[index], shard_inputs))
+                for (index, _, _), shard_inputs in zip(shards, inputs)
+            ]
+        )

@@ -1,0 +1,93 @@
+"""The hybrid engine gives the single-device numbers: for N = 1..4 CPU devices and
+K = 1..5 time chunks, loss and every parameter gradient equal the plain model's
+(float64 to 1e-10, float32 to 1e-5), with random padding and lengths."""
+import pytest
+import torch
+import torch.nn.functional as F
+from fairseq import utils
+from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
+
+from fairseq_hybrid.criterion import HybridCrossEntropyCriterion
+from helpers import make_batch, make_dictionary, make_model, make_task, random_lengths
+
+
+@pytest.fixture(autouse=True)
+def full_precision_reference(monkeypatch):
+    def log_softmax(x, dim, onnx_trace=False):
+        return F.log_softmax(x if x.dtype == torch.float64 else x.float(), dim=dim)
+
+    monkeypatch.setattr(utils, "log_softmax", log_softmax)
+
+
+def loss_and_grads(criterion, model, batch):
+    model.zero_grad()
+    loss, _, logging = criterion(model, batch)
+    loss.backward()
+    return loss.detach(), logging, {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def use_devices(model, devices: str, chunks: int, balance=None):
+    model.placement_options = {
+        "hybrid_devices": devices, "pipeline_chunks": chunks, "hybrid_balance": balance,
+    }
+    model._hybrid_engine = None
+    return model
+
+
+def assert_same(actual, expected, rtol, atol):
+    loss, logging, grads = actual
+    ref_loss, ref_logging, ref_grads = expected
+    torch.testing.assert_close(loss, ref_loss, rtol=rtol, atol=0)
+    torch.testing.assert_close(logging["nll_loss"], ref_logging["nll_loss"], rtol=rtol, atol=0)
+    assert logging["ntokens"] == ref_logging["ntokens"]
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, ref_grads[name], rtol=rtol, atol=atol,
+                                   msg=lambda m: f"{name}: {m}")
+
+
+def setup(dtype, seed, sentences=9, **model_options):
+    dictionary = make_dictionary()
+    model = make_model(dictionary, dtype=dtype, encoder_layers=4, decoder_layers=4,
+                       **model_options).train()
+    batch = make_batch(dictionary, random_lengths(sentences, seed=seed, max_len=12), seed=seed)
+    batch["ntokens"] = int(batch["target"].ne(dictionary.pad()).sum())
+    return dictionary, make_task(dictionary), model, batch
+
+
+@pytest.mark.parametrize("chunks", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("num_devices", [1, 2, 3, 4])
+def test_float64_equals_single_device(num_devices, chunks):
+    _, task, model, batch = setup(torch.float64, seed=num_devices * 10 + chunks)
+    reference = loss_and_grads(LabelSmoothedCrossEntropyCriterion(task, False, 0.1), model, batch)
+    hybrid = HybridCrossEntropyCriterion(task, False, 0.1, softmax_chunk_tokens=4)
+    use_devices(model, ",".join(["cpu"] * num_devices), chunks)
+    assert_same(loss_and_grads(hybrid, model, batch), reference, rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("devices,chunks,balance", [("cpu,cpu", 3, None), ("cpu,cpu,cpu", 2, "2,1,1"),
+                                                     ("cpu,cpu,cpu", 5, "1,1,2")])
+def test_float32_equals_single_device(devices, chunks, balance):
+    _, task, model, batch = setup(torch.float32, seed=7, sentences=11,
+                                  encoder_hidden_size=16, decoder_hidden_size=16)
+    reference = loss_and_grads(LabelSmoothedCrossEntropyCriterion(task, False, 0.0), model, batch)
+    hybrid = HybridCrossEntropyCriterion(task, False, 0.0)
+    use_devices(model, devices, chunks, balance)
+    assert_same(loss_and_grads(hybrid, model, batch), reference, rtol=1e-5, atol=1e-6)
+
+
+def test_more_devices_than_sentences_leaves_empty_shards():
+    _, task, model, batch = setup(torch.float64, seed=3, sentences=2)
+    reference = loss_and_grads(LabelSmoothedCrossEntropyCriterion(task, False, 0.1), model, batch)
+    use_devices(model, "cpu,cpu,cpu", 2)
+    hybrid = HybridCrossEntropyCriterion(task, False, 0.1)
+    assert_same(loss_and_grads(hybrid, model, batch), reference, rtol=1e-10, atol=1e-13)
+
+
+def test_bridge_between_different_hidden_sizes():
+    _, task, model, batch = setup(torch.float64, seed=5, encoder_hidden_size=10,
+                                  decoder_hidden_size=14)
+    assert model.decoder.bridge_hidden is not None
+    reference = loss_and_grads(LabelSmoothedCrossEntropyCriterion(task, False, 0.0), model, batch)
+    use_devices(model, "cpu,cpu", 3)
+    hybrid = HybridCrossEntropyCriterion(task, False, 0.0)
+    assert_same(loss_and_grads(hybrid, model, batch), reference, rtol=1e-10, atol=1e-13)
