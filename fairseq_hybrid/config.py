@@ -71,11 +71,13 @@ class HybridLSTMConfig(FairseqDataclass):
             "process's GPU, else cpu. Generation always uses one device."
         },
     )
+    # fairseq already defines --pipeline-chunks (default 0, for --pipeline-model-parallel);
+    # this field shares its value. 0 = automatic: 1 on one device, else 2 x devices.
     pipeline_chunks: Optional[int] = field(
-        default=None,
+        default=0,
         metadata={
             "help": "training only: time chunks per batch for the layer pipeline "
-            "(default: 1 on one device, else 2 x devices)"
+            "(0 = 1 on one device, else 2 x devices)"
         },
     )
     hybrid_balance: Optional[str] = field(

@@ -20,7 +20,7 @@ from torch import Tensor
 from .encoder import EncoderOut, attention_in_source_order
 from .head import AttentionHead
 from .layers import linear
-from .lstm_stack import LSTMStack, State, run_layer
+from .lstm_stack import LSTMStack, State, layer_device, run_layer, to_device
 
 IncrementalState = Dict[str, Dict[str, Optional[Tensor]]]
 
@@ -81,7 +81,8 @@ class HybridLSTMDecoder(FairseqIncrementalDecoder):
         """Map an encoder layer's final (h, c) to the decoder's hidden size if needed."""
         if self.bridge_hidden is None:
             return hidden, cell
-        return self.bridge_hidden(hidden), self.bridge_cell(cell)
+        device = self.bridge_hidden.weight.device
+        return self.bridge_hidden(hidden.to(device)), self.bridge_cell(cell.to(device))
 
     def embed(self, prev_output_tokens: Tensor) -> Tensor:
         """Target-side input tokens -> time-major, dropped-out embeddings."""
@@ -95,8 +96,7 @@ class HybridLSTMDecoder(FairseqIncrementalDecoder):
         cache = self.get_incremental_state(incremental_state, "cached_state")
         if cache is None:
             return None
-        hiddens, cells = cache["hiddens"], cache["cells"]
-        states = [(hiddens[i], cells[i]) for i in range(self.num_layers)]
+        states = [(cache[f"h{i}"], cache[f"c{i}"]) for i in range(self.num_layers)]
         return states, cache["input_feed"]
 
     def store_state(
@@ -105,13 +105,12 @@ class HybridLSTMDecoder(FairseqIncrementalDecoder):
         states: List[State],
         input_feed: Optional[Tensor],
     ) -> None:
+        """One (h, c) entry per layer: layers may live on different devices."""
         if incremental_state is None:
             return
-        cache: Dict[str, Optional[Tensor]] = {
-            "hiddens": torch.stack([h for h, _ in states]),
-            "cells": torch.stack([c for _, c in states]),
-            "input_feed": input_feed,
-        }
+        cache: Dict[str, Optional[Tensor]] = {"input_feed": input_feed}
+        for index, (hidden, cell) in enumerate(states):
+            cache[f"h{index}"], cache[f"c{index}"] = hidden, cell
         self.set_incremental_state(incremental_state, "cached_state", cache)
 
     def reorder_incremental_state(
@@ -121,11 +120,8 @@ class HybridLSTMDecoder(FairseqIncrementalDecoder):
         if cache is None:
             return
         reordered = {
-            "hiddens": cache["hiddens"].index_select(1, new_order),
-            "cells": cache["cells"].index_select(1, new_order),
-            "input_feed": None
-            if cache["input_feed"] is None
-            else cache["input_feed"].index_select(0, new_order),
+            key: None if value is None else value.index_select(0, new_order.to(value.device))
+            for key, value in cache.items()
         }
         self.set_incremental_state(incremental_state, "cached_state", reordered)
 
@@ -180,16 +176,22 @@ class HybridLSTMDecoder(FairseqIncrementalDecoder):
         """HybridNMT-IF: step by step, H_c of step t-1 concatenated to the input of t."""
         sources = encoder_out["encoder_out"]
         mask = encoder_out["encoder_padding_mask"]
+        head_device = self.head_device
+        sources, mask = sources.to(head_device), mask.to(head_device)
         if input_feed is None:
             input_feed = x.new_zeros(x.size(1), self.head.combine_proj.out_features)
         combined_steps, weight_steps = [], []
         for step in range(x.size(0)):
-            layer_input = torch.cat([x[step], input_feed], dim=1).unsqueeze(0)
+            layer_input = torch.cat([x[step], input_feed.to(x.device)], dim=1).unsqueeze(0)
             for index, layer in enumerate(self.stack.layers):
+                device = layer_device(layer)
                 layer_input, states[index] = run_layer(
-                    layer, self.stack.layer_input(index, layer_input), None, states[index]
+                    layer,
+                    self.stack.layer_input(index, layer_input.to(device)),
+                    None,
+                    to_device(states[index], device),
                 )
-            query = layer_input.transpose(0, 1)  # B x 1 x hidden
+            query = layer_input.to(head_device).transpose(0, 1)  # B x 1 x hidden
             context, weights = self.head.attend(query, sources, mask)
             input_feed = self.head.combine(query, context).squeeze(1)
             combined_steps.append(input_feed)
@@ -214,12 +216,19 @@ class HybridLSTMDecoder(FairseqIncrementalDecoder):
         else:
             if encoder_out is None:
                 raise ValueError("output_layer needs encoder_out to attend over")
+            device = self.head_device
             logits, attn = self.head(
-                features, encoder_out["encoder_out"], encoder_out["encoder_padding_mask"]
+                features.to(device),
+                encoder_out["encoder_out"].to(device),
+                encoder_out["encoder_padding_mask"].to(device),
             )
         if self.training or not self.need_attn or attn is None or encoder_out is None:
             return logits, None
         return logits, attention_in_source_order(attn, encoder_out)
+
+    @property
+    def head_device(self) -> torch.device:
+        return self.head.combine_proj.weight.device
 
     def max_positions(self) -> int:
         return self.max_target_positions

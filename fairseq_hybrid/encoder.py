@@ -66,18 +66,21 @@ class HybridLSTMEncoder(FairseqEncoder):
     ) -> EncoderOut:
         """Build the encoder-out dict from the stack's top output (time-major) and
         per-layer final states."""
-        padding_mask = right_padded_tokens.eq(self.padding_idx)
+        device = top.device
+        padding_mask = right_padded_tokens.to(device).eq(self.padding_idx)
         return {
             "encoder_out": self.dropout_out(top).transpose(0, 1),
             "encoder_padding_mask": padding_mask,
-            "final_hiddens": torch.stack([h for h, _ in finals]),
-            "final_cells": torch.stack([c for _, c in finals]),
-            "source_shift": source_shift,
+            "final_hiddens": torch.stack([h.to(device) for h, _ in finals]),
+            "final_cells": torch.stack([c.to(device) for _, c in finals]),
+            "source_shift": source_shift.to(device),
         }
 
     def forward(self, src_tokens: Tensor, src_lengths: Tensor, **unused) -> EncoderOut:
         tokens = self.right_pad(src_tokens)
         top, finals = self.stack(self.embed(tokens), src_lengths)
+        # the head attends over S on the embeddings' (master) device
+        top = top.to(self.embed_tokens.weight.device)
         return self.package(top, finals, tokens, self.source_shift(src_tokens, tokens))
 
     def source_shift(self, src_tokens: Tensor, right_padded: Tensor) -> Tensor:

@@ -1,7 +1,7 @@
 """The hybrid engine: runs ``hybrid_lstm`` for training over a placement plan.
 
-- ``apply_placement`` puts each LSTM layer on its device, embeddings/bridges/master head on
-  device 0 (again after any ``model.to()``/``.half()``, e.g. fairseq's Trainer's).
+- the model is placed first (``HybridLSTMModel.place``: each LSTM layer on its device,
+  embeddings, bridges and the master head on device 0, kept through ``model.to()``).
 - ``features`` runs the model-parallel part: embeddings, then the wavefront pipeline.
 - ``head_loss`` runs the data-parallel part: sentences split into one shard per device,
   the head's parameters replicated (``torch.nn.parallel.replicate`` when every device is a
@@ -56,8 +56,6 @@ class HybridEngine:
         self.pipeline = WavefrontPipeline(
             model.encoder.stack, model.decoder.stack, model.decoder.bridge, plan, self.workers
         )
-        self.apply_placement()
-        logger.info("\n" + plan.table())
         if any(d.type == "cpu" for d in plan.devices) and plan.num_devices > 1:
             logger.info(
                 f"hybrid: {self.workers.cpu_threads} torch thread(s) per CPU device worker"
@@ -67,18 +65,6 @@ class HybridEngine:
     def plain(self) -> bool:
         """One device, one chunk: the plain model on the calling thread."""
         return self.plan.is_single_device and self.plan.chunks == 1
-
-    # ------------------------------------------------------------- placement
-    def apply_placement(self) -> None:
-        encoder, decoder, master = self.model.encoder, self.model.decoder, self.plan.master
-        for module in (encoder.embed_tokens, decoder.embed_tokens, decoder.head):
-            module.to(master)
-        if decoder.bridge_hidden is not None:
-            decoder.bridge_hidden.to(master)
-            decoder.bridge_cell.to(master)
-        for stack in (encoder.stack, decoder.stack):
-            for index, layer in enumerate(stack.layers):
-                layer.to(self.plan.device_of_layer(index))
 
     # ------------------------------------------------------ model parallel
     def features(

@@ -20,6 +20,16 @@ from .layers import lstm_layer
 State = Tuple[Tensor, Tensor]  # (h, c), each batch x hidden
 
 
+def layer_device(module: nn.Module) -> torch.device:
+    return next(module.parameters()).device
+
+
+def to_device(state: Optional[State], device: torch.device) -> Optional[State]:
+    if state is None:
+        return None
+    return state[0].to(device), state[1].to(device)
+
+
 def zero_state(batch_size: int, hidden_size: int, like: Tensor) -> State:
     zeros = like.new_zeros(batch_size, hidden_size)
     return zeros, zeros
@@ -103,11 +113,12 @@ class LSTMStack(nn.Module):
     ) -> Tuple[Tensor, List[State]]:
         finals: List[State] = []
         for index, layer in enumerate(self.layers):
+            device = layer_device(layer)
             x, state = run_layer(
                 layer,
-                self.layer_input(index, x),
+                self.layer_input(index, x.to(device)),
                 steps,
-                initial[index] if initial is not None else None,
+                to_device(initial[index], device) if initial is not None else None,
             )
             finals.append(state)
         return x, finals

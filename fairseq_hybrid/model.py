@@ -6,6 +6,8 @@ output, which is all the ``hybrid_cross_entropy`` criterion needs to run the hea
 """
 from __future__ import annotations
 
+import ast
+import logging
 from typing import Any, Optional
 
 from torch import nn
@@ -24,9 +26,10 @@ from .encoder import HybridLSTMEncoder
 from .engine import HybridEngine
 from .errors import HybridConfigError
 from .layers import embedding
-from .placement import build_plan, check_plan_options
+from .placement import PlacementPlan, build_plan, check_plan_options
 
 MODEL_NAME = "hybrid_lstm"
+logger = logging.getLogger(__name__)
 
 
 @register_model(MODEL_NAME, dataclass=HybridLSTMConfig)
@@ -41,26 +44,57 @@ class HybridLSTMModel(FairseqEncoderDecoderModel):
         self.placement_options = placement_options or {}
         self._hybrid_engine: Optional[HybridEngine] = None
 
+    def plan_from(self, options: dict) -> PlacementPlan:
+        return build_plan(
+            options.get("hybrid_devices"),
+            options.get("hybrid_balance"),
+            options.get("pipeline_chunks"),
+            self.encoder.num_layers,
+            self.decoder.num_layers,
+        )
+
+    def place(self, plan: PlacementPlan) -> None:
+        """Put each LSTM layer on its device; embeddings, bridges and the master head on
+        device 0. Parameter names and shapes do not change (checkpoints stay portable)."""
+        self.__dict__["_plan"] = plan
+        encoder, decoder, master = self.encoder, self.decoder, plan.master
+        for module in (encoder.embed_tokens, decoder.embed_tokens, decoder.head):
+            module.to(master)
+        if decoder.bridge_hidden is not None:
+            decoder.bridge_hidden.to(master)
+            decoder.bridge_cell.to(master)
+        for stack in (encoder.stack, decoder.stack):
+            for index, layer in enumerate(stack.layers):
+                layer.to(plan.device_of_layer(index))
+
     def hybrid_engine(self) -> HybridEngine:
         """The training engine for ``--hybrid-devices``/``--pipeline-chunks``, built (and
-        the layers placed) on first use. Generation does not call this."""
+        the model placed) on first use by the criterion. Generation does not use it."""
         if self._hybrid_engine is None:
-            plan = build_plan(
-                self.placement_options.get("hybrid_devices"),
-                self.placement_options.get("hybrid_balance"),
-                self.placement_options.get("pipeline_chunks"),
-                self.encoder.num_layers,
-                self.decoder.num_layers,
-            )
+            plan = self.plan_from(self.placement_options)
+            self.place(plan)
             self._hybrid_engine = HybridEngine(self, plan)
+            logger.info("\n" + plan.table())
         return self._hybrid_engine
+
+    def prepare_for_inference_(self, cfg: Any) -> None:
+        """fairseq-generate/-interactive: one device (fairseq's) unless the user asks for
+        several with ``--model-overrides "{'hybrid_devices': 'cuda:0,cuda:1'}"``; the
+        devices a checkpoint was trained on are ignored."""
+        super().prepare_for_inference_(cfg)
+        overrides = getattr(getattr(cfg, "common_eval", None), "model_overrides", None) or "{}"
+        requested = ast.literal_eval(overrides) if isinstance(overrides, str) else dict(overrides)
+        if requested.get("hybrid_devices"):
+            plan = self.plan_from({**requested, "pipeline_chunks": 1})
+            self.place(plan)
+            logger.info("generation placement:\n" + plan.table())
 
     def _apply(self, fn, *args, **kwargs) -> nn.Module:
         """Keep the placement through ``model.to(device)``/``.half()`` (fairseq's Trainer)."""
         result = super()._apply(fn, *args, **kwargs)
-        engine = self.__dict__.get("_hybrid_engine")
-        if engine is not None:
-            engine.apply_placement()
+        plan = self.__dict__.get("_plan")
+        if plan is not None:
+            self.place(plan)
         return result
 
     @classmethod

@@ -145,7 +145,7 @@ def build_plan(
             f"{encoder_layers} encoder / {decoder_layers} decoder layers: every device needs "
             f"a layer, so use at most {num_layers}"
         )
-    if chunks is None:
+    if chunks is None or chunks == 0:  # 0 is fairseq's default for its --pipeline-chunks
         chunks = default_chunks(len(devices))
     if not isinstance(chunks, int) or chunks < 1:
         raise HybridConfigError(
@@ -156,10 +156,31 @@ def build_plan(
     return PlacementPlan(tuple(devices), layer_device, chunks)
 
 
-def check_plan_options(cfg) -> None:
+def explicit_chunks(argv: Sequence[str]) -> Optional[str]:
+    """The value given to ``--pipeline-chunks`` on the command line, if any.
+
+    The option is fairseq's own (its default, 0, means "not set" to us), so an explicit
+    0 can only be told from the default by looking at the command line."""
+    for index, arg in enumerate(argv):
+        if arg == CHUNKS_OPTION and index + 1 < len(argv):
+            return argv[index + 1]
+        if arg.startswith(CHUNKS_OPTION + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def check_plan_options(cfg, argv: Optional[Sequence[str]] = None) -> None:
     """Parse-time check of the placement options (nothing is placed)."""
+    import sys
+
     from .config import effective
 
+    given = explicit_chunks(sys.argv[1:] if argv is None else argv)
+    if given is not None and given.strip() in ("0", "-0"):
+        raise HybridConfigError(
+            f"{CHUNKS_OPTION} {given.strip()} is not allowed: an integer >= 1 "
+            "(1 = no time chunking; leave it out for the default)"
+        )
     build_plan(
         getattr(cfg, "hybrid_devices", None),
         getattr(cfg, "hybrid_balance", None),

@@ -1,0 +1,119 @@
+"""Several devices through fairseq's own CLIs: the same per-update losses and weights as
+one device, placement-free checkpoints (train on 3 devices, resume on 1, generate on 2),
+and one-line errors for bad placements before anything is written."""
+import json
+import re
+
+import pytest
+import torch
+
+from cli import USER_DIR, preprocess, run_tool, write_sample_subset
+
+MODEL = [
+    "--arch", "hybrid_lstm", "--encoder-layers", "3", "--decoder-layers", "3",
+    "--encoder-embed-dim", "32", "--encoder-hidden-size", "32", "--decoder-embed-dim", "32",
+    "--decoder-hidden-size", "32", "--decoder-out-embed-dim", "32", "--share-all-embeddings",
+    "--dropout", "0",
+]
+
+
+def train(data, save_dir, devices, max_update, chunks=None, extra=()):
+    args = [
+        str(data / "bin"), "--user-dir", USER_DIR, *MODEL, "--hybrid-devices", devices,
+        "--criterion", "hybrid_cross_entropy", "--label-smoothing", "0.1",
+        "--optimizer", "adam", "--lr", "0.003", "--clip-norm", "1.0", "--max-tokens", "300",
+        "--max-update", str(max_update), "--save-dir", str(save_dir), "--no-epoch-checkpoints",
+        "--log-format", "json", "--log-interval", "1", "--seed", "5", "--num-workers", "0",
+        "--required-batch-size-multiple", "1", *extra,
+    ]
+    if chunks is not None:
+        args += ["--pipeline-chunks", str(chunks)]
+    return run_tool("fairseq-train", args, cwd=data)
+
+
+def per_update_losses(proc):
+    losses = {}
+    for line in (proc.stdout + proc.stderr).splitlines():
+        if "train_inner" not in line:
+            continue
+        record = json.loads(line[line.index("{"):])
+        losses[int(record["num_updates"])] = record["loss"]
+    return losses
+
+
+def weights(path):
+    return torch.load(path, map_location="cpu")["model"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hybrid-e2e")
+    write_sample_subset(root / "raw", train=400, valid=30, test=20)
+    preprocess(root / "raw", root / "bin")
+    return root
+
+
+def test_three_devices_train_like_one(data):
+    one = train(data, data / "one", "cpu", 20)
+    three = train(data, data / "three", "cpu,cpu,cpu", 20, chunks=3)
+    assert "3 device(s), 3 pipeline chunk(s)" in three.stdout + three.stderr
+    losses_one, losses_three = per_update_losses(one), per_update_losses(three)
+    assert sorted(losses_one) == list(range(1, 21))
+    assert losses_three == losses_one
+    reference = weights(data / "one" / "checkpoint_last.pt")
+    hybrid = weights(data / "three" / "checkpoint_last.pt")
+    assert reference.keys() == hybrid.keys()
+    for name in reference:
+        torch.testing.assert_close(hybrid[name], reference[name], rtol=1e-4, atol=1e-5)
+
+
+def test_checkpoints_are_placement_free(data):
+    save = data / "portable"
+    train(data, save, "cpu,cpu,cpu", 6, chunks=2, extra=["--save-interval-updates", "3"])
+    resumed = train(data, save, "cpu", 9)
+    log = resumed.stdout + resumed.stderr
+    assert re.search(r"Loaded checkpoint .*\(epoch \d+ @ 6 updates\)", log)
+    outputs = {}
+    for devices in ("cpu", "cpu,cpu"):
+        args = [
+            str(data / "bin"), "--user-dir", USER_DIR, "--path", str(save / "checkpoint_last.pt"),
+            "--beam", "4", "--gen-subset", "test", "--batch-size", "8",
+            "--required-batch-size-multiple", "1", "--max-len-b", "15",
+        ]
+        if devices != "cpu":
+            args += ["--model-overrides", f"{{'hybrid_devices': '{devices}'}}"]
+        gen = run_tool("fairseq-generate", args, cwd=data)
+        outputs[devices] = sorted(l for l in gen.stdout.splitlines() if l.startswith(("H-", "P-")))
+        if devices != "cpu":
+            assert "generation placement" in gen.stderr + gen.stdout
+    assert len([l for l in outputs["cpu"] if l.startswith("H-")]) == 20
+    assert outputs["cpu,cpu"] == outputs["cpu"]
+
+
+@pytest.mark.parametrize("devices,message", [
+    ("cuda:9", "--hybrid-devices 'cuda:9': cuda:9 is not available"),
+    ("cpu,cpu,cpu,cpu,cpu", "--hybrid-devices 'cpu,cpu,cpu,cpu,cpu' lists 5 devices for 3 encoder / 3 decoder layers"),
+    ("cpu,,cpu", "--hybrid-devices 'cpu,,cpu' has an empty entry"),
+    ("tpu:0", "unknown device 'tpu:0'"),
+])
+def test_bad_placement_is_one_line_before_any_work(data, tmp_path, devices, message):
+    save = tmp_path / "save"
+    proc = run_tool("fairseq-train", [
+        str(data / "bin"), "--user-dir", USER_DIR, *MODEL, "--hybrid-devices", devices,
+        "--criterion", "hybrid_cross_entropy", "--max-tokens", "300", "--save-dir", str(save),
+    ], cwd=data, check=False)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("fairseq_hybrid: error: ") and message in last, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert not save.exists()
+
+
+def test_zero_chunks_is_rejected(data, tmp_path):
+    proc = run_tool("fairseq-train", [
+        str(data / "bin"), "--user-dir", USER_DIR, *MODEL, "--pipeline-chunks", "0",
+        "--criterion", "hybrid_cross_entropy", "--max-tokens", "300",
+        "--save-dir", str(tmp_path / "save"),
+    ], cwd=data, check=False)
+    assert proc.returncode != 0
+    assert "--pipeline-chunks 0 is not allowed: an integer >= 1" in proc.stderr.strip().splitlines()[-1]
