@@ -81,14 +81,22 @@ class HybridEngine:
             return features, extra["encoder_out"]
         encoder, decoder = self.model.encoder, self.model.decoder
         tokens = encoder.right_pad(src_tokens)
+        input_feeding = decoder.input_feeding
         out = self.pipeline.run(
-            encoder.embed(tokens), src_lengths, decoder.embed(prev_output_tokens)
+            encoder.embed(tokens),
+            src_lengths,
+            None if input_feeding else decoder.embed(prev_output_tokens),
         )
-        finals = [(h.to(master), c.to(master)) for h, c in out.encoder_finals]
         encoder_out = encoder.package(
-            out.encoder_top, finals, tokens.to(out.encoder_top.device),
-            encoder.source_shift(src_tokens, tokens).to(out.encoder_top.device),
+            out.encoder_top, out.encoder_finals, tokens,
+            encoder.source_shift(src_tokens, tokens),
         )
+        if input_feeding:
+            # HybridNMT-IF: H_c of step t-1 feeds step t, so the decoder cannot be chunked
+            # in time: it runs step by step across its layers' devices, attention and
+            # combine on device 0; only the output layer and loss are split by sentences.
+            features, _ = decoder.extract_features(prev_output_tokens, encoder_out)
+            return features, encoder_out
         return out.decoder_top.transpose(0, 1), encoder_out
 
     # ------------------------------------------------------- data parallel

@@ -64,7 +64,7 @@ def clock_cycles(source_chunks: int, target_chunks: int, layers: int) -> List[Li
 class PipelineOutput:
     encoder_top: Tensor  # src_len x B x H, on the last encoder layer's device
     encoder_finals: List[State]  # per layer, on that layer's device
-    decoder_top: Tensor  # tgt_len x B x H, on the last decoder layer's device
+    decoder_top: Optional[Tensor]  # tgt_len x B x H on the last decoder layer's device
 
 
 class WavefrontPipeline:
@@ -81,13 +81,16 @@ class WavefrontPipeline:
         self.plan = plan
         self.workers = workers
 
-    def run(self, source: Tensor, source_lengths: Tensor, target: Tensor) -> PipelineOutput:
+    def run(
+        self, source: Tensor, source_lengths: Tensor, target: Optional[Tensor]
+    ) -> PipelineOutput:
         """source: src_len x B x E embedded (right-padded) source; target: tgt_len x B x E
-        embedded decoder input. Returns the top outputs and the encoder's final states."""
+        embedded decoder input, or None to run the encoder only (input feeding).
+        Returns the top outputs and the encoder's final states."""
         num_layers = len(self.stacks[ENCODER].layers)
         spans = {
             ENCODER: chunk_bounds(source.size(0), self.plan.chunks),
-            DECODER: chunk_bounds(target.size(0), self.plan.chunks),
+            DECODER: [] if target is None else chunk_bounds(target.size(0), self.plan.chunks),
         }
         inputs = {ENCODER: source, DECODER: target}
         lengths = source_lengths.cpu()
@@ -137,7 +140,7 @@ class WavefrontPipeline:
             encoder_finals=[
                 states[(ENCODER, layer, last_source_chunk)] for layer in range(num_layers)
             ],
-            decoder_top=torch.cat(
+            decoder_top=None if target is None else torch.cat(
                 [outputs[(DECODER, top, k)] for k in range(len(spans[DECODER]))], dim=0
             ),
         )

@@ -91,3 +91,12 @@ def test_bridge_between_different_hidden_sizes():
     use_devices(model, "cpu,cpu", 3)
     hybrid = HybridCrossEntropyCriterion(task, False, 0.0)
     assert_same(loss_and_grads(hybrid, model, batch), reference, rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("devices,chunks", [("cpu,cpu", 3), ("cpu,cpu,cpu,cpu", 2)])
+def test_input_feeding_equals_single_device(devices, chunks):
+    _, task, model, batch = setup(torch.float64, seed=9, input_feeding=True)
+    reference = loss_and_grads(LabelSmoothedCrossEntropyCriterion(task, False, 0.1), model, batch)
+    use_devices(model, devices, chunks)
+    hybrid = HybridCrossEntropyCriterion(task, False, 0.1, softmax_chunk_tokens=5)
+    assert_same(loss_and_grads(hybrid, model, batch), reference, rtol=1e-10, atol=1e-13)
