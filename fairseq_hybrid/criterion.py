@@ -77,18 +77,15 @@ class HybridCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
             count_correct=self.report_accuracy,
         )
         target = model.get_targets(sample, None)
-        engine = getattr(model, "hybrid_engine", None)
-        if engine is None:  # another fairseq model that shares our decoder interface
+        if not hasattr(model, "hybrid_engine"):  # a model that only shares our decoder API
             features, extra = model(**sample["net_input"], features_only=True)
             result = loss_fn(decoder.head, features, extra["encoder_out"], target)
         else:
-            engine = engine()
-            net_input = sample["net_input"]
-            features, encoder_out = engine.features(
-                net_input["src_tokens"], net_input["src_lengths"],
-                net_input["prev_output_tokens"],
+            # through model(...) so fairseq's data-parallel wrapper sees the forward
+            features, extra = model(**sample["net_input"], features_only=True, hybrid=True)
+            result = model.hybrid_engine().head_loss(
+                features, extra["encoder_out"], target, loss_fn
             )
-            result = engine.head_loss(features, encoder_out, target, loss_fn)
         sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
         logging_output = {
             "loss": result.loss.data,

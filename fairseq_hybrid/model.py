@@ -25,6 +25,7 @@ from .decoder import HybridLSTMDecoder
 from .encoder import HybridLSTMEncoder
 from .engine import HybridEngine
 from .errors import HybridConfigError
+from .integration import adapt_fairseq_defaults
 from .layers import embedding
 from .placement import PlacementPlan, build_plan, check_plan_options
 
@@ -43,6 +44,26 @@ class HybridLSTMModel(FairseqEncoderDecoderModel):
         super().__init__(encoder, decoder)
         self.placement_options = placement_options or {}
         self._hybrid_engine: Optional[HybridEngine] = None
+
+    def forward(
+        self,
+        src_tokens,
+        src_lengths,
+        prev_output_tokens,
+        features_only: bool = False,
+        hybrid: bool = False,
+        **kwargs: Any,
+    ):
+        """``hybrid=True`` (the criterion's call, so a data-parallel wrapper sees it) runs
+        the model-parallel part through the engine and returns (H, {"encoder_out": ...})."""
+        if hybrid:
+            features, encoder_out = self.hybrid_engine().features(
+                src_tokens, src_lengths, prev_output_tokens
+            )
+            return features, {"encoder_out": encoder_out, "attn": None}
+        return super().forward(
+            src_tokens, src_lengths, prev_output_tokens, features_only=features_only, **kwargs
+        )
 
     def plan_from(self, options: dict) -> PlacementPlan:
         return build_plan(
@@ -145,7 +166,8 @@ def parse_time_checks(args: Any) -> None:
     """Runs while fairseq parses the command line (fairseq calls the --arch function
     there), so bad values stop the run before any file is touched."""
     validate_model_config(args)
-    check_plan_options(args)
+    plan = check_plan_options(args)
+    adapt_fairseq_defaults(args, sum(1 for d in set(plan.devices) if d.type == "cuda"))
     from .criterion import validate_criterion_args
 
     validate_criterion_args(args)

@@ -156,32 +156,20 @@ def build_plan(
     return PlacementPlan(tuple(devices), layer_device, chunks)
 
 
-def explicit_chunks(argv: Sequence[str]) -> Optional[str]:
-    """The value given to ``--pipeline-chunks`` on the command line, if any.
-
-    The option is fairseq's own (its default, 0, means "not set" to us), so an explicit
-    0 can only be told from the default by looking at the command line."""
-    for index, arg in enumerate(argv):
-        if arg == CHUNKS_OPTION and index + 1 < len(argv):
-            return argv[index + 1]
-        if arg.startswith(CHUNKS_OPTION + "="):
-            return arg.split("=", 1)[1]
-    return None
-
-
-def check_plan_options(cfg, argv: Optional[Sequence[str]] = None) -> None:
+def check_plan_options(cfg, argv: Optional[Sequence[str]] = None) -> PlacementPlan:
     """Parse-time check of the placement options (nothing is placed)."""
-    import sys
-
     from .config import effective
+    from .integration import explicit_option
 
-    given = explicit_chunks(sys.argv[1:] if argv is None else argv)
+    # --pipeline-chunks is fairseq's own option; its default, 0, means "not set" to us,
+    # so only the command line tells an explicit 0 apart
+    given = explicit_option(CHUNKS_OPTION, argv)
     if given is not None and given.strip() in ("0", "-0"):
         raise HybridConfigError(
             f"{CHUNKS_OPTION} {given.strip()} is not allowed: an integer >= 1 "
             "(1 = no time chunking; leave it out for the default)"
         )
-    build_plan(
+    return build_plan(
         getattr(cfg, "hybrid_devices", None),
         getattr(cfg, "hybrid_balance", None),
         getattr(cfg, "pipeline_chunks", None),

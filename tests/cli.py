@@ -45,3 +45,40 @@ def preprocess(raw: Path, dest: Path) -> None:
         "--testpref", str(raw / "test"), "--destdir", str(dest),
         "--joined-dictionary", "--workers", "1",
     ], cwd=raw)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_ranks(tool: str, args: List[str], world_size: int, cwd: Path, timeout: int = 600):
+    """Start ``world_size`` processes of one distributed job on this machine (gloo over
+    loopback) and wait for all of them."""
+    port = free_port()
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    procs = [
+        subprocess.Popen(
+            [str(BIN / tool), *args, "--distributed-world-size", str(world_size),
+             "--distributed-rank", str(rank), "--distributed-backend", "gloo",
+             "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-no-spawn"],
+            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for rank in range(world_size)
+    ]
+    results = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=timeout)
+            results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    for result in results:
+        if result.returncode != 0:
+            raise AssertionError(f"{tool} rank exited {result.returncode}:\n{result.stderr[-4000:]}")
+    return results

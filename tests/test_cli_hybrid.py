@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from cli import USER_DIR, preprocess, run_tool, write_sample_subset
+from cli import USER_DIR, preprocess, run_ranks, run_tool, write_sample_subset
 
 MODEL = [
     "--arch", "hybrid_lstm", "--encoder-layers", "3", "--decoder-layers", "3",
@@ -17,7 +17,7 @@ MODEL = [
 ]
 
 
-def train(data, save_dir, devices, max_update, chunks=None, extra=()):
+def train_args(data, save_dir, devices, max_update, chunks=None, extra=()):
     args = [
         str(data / "bin"), "--user-dir", USER_DIR, *MODEL, "--hybrid-devices", devices,
         "--criterion", "hybrid_cross_entropy", "--label-smoothing", "0.1",
@@ -28,7 +28,12 @@ def train(data, save_dir, devices, max_update, chunks=None, extra=()):
     ]
     if chunks is not None:
         args += ["--pipeline-chunks", str(chunks)]
-    return run_tool("fairseq-train", args, cwd=data)
+    return args
+
+
+def train(data, save_dir, devices, max_update, chunks=None, extra=()):
+    return run_tool("fairseq-train", train_args(data, save_dir, devices, max_update, chunks, extra),
+                    cwd=data)
 
 
 def per_update_losses(proc):
@@ -117,3 +122,28 @@ def test_zero_chunks_is_rejected(data, tmp_path):
     ], cwd=data, check=False)
     assert proc.returncode != 0
     assert "--pipeline-chunks 0 is not allowed: an integer >= 1" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_two_processes_make_the_update_of_one_process_on_both_batches(data):
+    """fairseq's own data parallelism (gloo) around the hybrid model: 2 processes x 2 CPU
+    devices make the same updates as 1 process that sees both processes' batches
+    (--update-freq 2 groups the same two batches that 2 ranks take)."""
+    one = train(data, data / "dp-one", "cpu,cpu", 6, chunks=2, extra=["--update-freq", "2"])
+    ranks = run_ranks("fairseq-train", train_args(data, data / "dp-two", "cpu,cpu", 6, chunks=2),
+                      world_size=2, cwd=data)
+    losses_two = per_update_losses(ranks[0])
+    assert sorted(losses_two) == list(range(1, 7))
+    assert losses_two == per_update_losses(one)
+    reference = weights(data / "dp-one" / "checkpoint_last.pt")
+    two = weights(data / "dp-two" / "checkpoint_last.pt")
+    for name in reference:
+        torch.testing.assert_close(two[name], reference[name], rtol=1e-4, atol=1e-5)
+
+
+def test_bf16_trains_on_cpu_devices(data):
+    proc = train(data, data / "bf16", "cpu,cpu", 5, chunks=2, extra=["--bf16"])
+    losses = per_update_losses(proc)
+    assert sorted(losses) == [1, 2, 3, 4, 5]
+    assert all(0 < float(v) < 20 for v in losses.values())
+    assert float(losses[5]) < float(losses[1])
+    assert "'bf16': True" in proc.stdout + proc.stderr

@@ -100,3 +100,16 @@ def test_input_feeding_equals_single_device(devices, chunks):
     use_devices(model, devices, chunks)
     hybrid = HybridCrossEntropyCriterion(task, False, 0.1, softmax_chunk_tokens=5)
     assert_same(loss_and_grads(hybrid, model, batch), reference, rtol=1e-10, atol=1e-13)
+
+
+def test_bfloat16_model_runs_in_bfloat16_through_the_engine():
+    """What fairseq's Trainer does for --bf16 (model.to(bfloat16)), then hybrid training."""
+    _, task, model, batch = setup(torch.float32, seed=4)
+    model = model.to(dtype=torch.bfloat16)
+    use_devices(model, "cpu,cpu", 2)
+    features, extra = model(**batch["net_input"], features_only=True, hybrid=True)
+    assert features.dtype == extra["encoder_out"]["encoder_out"].dtype == torch.bfloat16
+    loss, _, _ = HybridCrossEntropyCriterion(task, False, 0.1)(model, batch)
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(p.dtype == torch.bfloat16 and p.grad is not None for p in model.parameters())

@@ -120,3 +120,20 @@ def test_worker_failure_inside_training_propagates():
     layer.weight_ih_l0.data = layer.weight_ih_l0.data[:, :3]  # a broken layer
     with pytest.raises(WorkerError, match="decoder layer 1 chunk 0 failed on worker 1"):
         criterion(model, batch)
+
+
+def test_fairseq_defaults_are_adapted_for_one_process_many_devices():
+    from types import SimpleNamespace
+
+    from fairseq_hybrid.integration import adapt_fairseq_defaults, explicit_option
+
+    assert explicit_option("--ddp-backend", ["x", "--ddp-backend=no_c10d"]) == "no_c10d"
+    assert explicit_option("--ddp-backend", ["x"]) is None
+    args = SimpleNamespace(distributed_world_size=4, ddp_backend="pytorch_ddp", bf16=False)
+    adapt_fairseq_defaults(args, cuda_devices=4, argv=["data"])
+    assert (args.distributed_world_size, args.ddp_backend) == (1, "legacy_ddp")
+    args = SimpleNamespace(distributed_world_size=2, ddp_backend="legacy_ddp", bf16=False)
+    adapt_fairseq_defaults(args, cuda_devices=4, argv=["--distributed-world-size", "2", "--ddp-backend", "legacy_ddp"])
+    assert (args.distributed_world_size, args.ddp_backend) == (2, "legacy_ddp")
+    with pytest.raises(HybridConfigError, match="--ddp-backend pytorch_ddp is not allowed"):
+        adapt_fairseq_defaults(SimpleNamespace(ddp_backend="pytorch_ddp"), 1, ["--ddp-backend", "pytorch_ddp"])

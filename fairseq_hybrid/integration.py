@@ -1,0 +1,65 @@
+"""Adapts fairseq's command-line defaults to a model that drives several devices from one
+process. Runs while fairseq parses the command line (from the ``--arch`` function):
+
+- one process per machine (or per GPU group), not fairseq's one process per visible GPU:
+  with ``--hybrid-devices`` naming several GPUs and no explicit
+  ``--distributed-world-size``, the world size becomes 1 (across machines the launcher's
+  environment sets it: torchrun, Slurm);
+- ``--ddp-backend legacy_ddp`` by default: fairseq's ``pytorch_ddp`` wrapper passes
+  ``device_ids=[device_id]``, which torch refuses for a module spread over several GPUs
+  and for CPU modules; legacy_ddp all-reduces the gradients after backward instead;
+- ``--bf16`` without CUDA trains in bfloat16 on the CPU instead of demanding a TPU.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional, Sequence
+
+import torch
+
+from .errors import HybridConfigError
+
+
+def explicit_option(name: str, argv: Optional[Sequence[str]] = None) -> Optional[str]:
+    """The value the user gave ``name`` on the command line, if any (fairseq's parsed
+    namespace cannot tell a default from an explicit value)."""
+    argv = sys.argv[1:] if argv is None else argv
+    for index, arg in enumerate(argv):
+        if arg == name:
+            return argv[index + 1] if index + 1 < len(argv) else ""
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def allow_cpu_bf16(args: Any) -> None:
+    if getattr(args, "bf16", False) and getattr(args, "tpu", False) and not torch.cuda.is_available():
+        try:
+            import torch_xla  # noqa: F401
+        except ImportError:
+            args.tpu = False
+            args.cpu = True
+
+
+def one_process_per_gpu_group(args: Any, cuda_devices: int, argv: Optional[Sequence[str]] = None) -> None:
+    if cuda_devices > 1 and explicit_option("--distributed-world-size", argv) is None:
+        args.distributed_world_size = 1
+
+
+def data_parallel_backend(args: Any, argv: Optional[Sequence[str]] = None) -> None:
+    given = explicit_option("--ddp-backend", argv)
+    if given is None:
+        args.ddp_backend = "legacy_ddp"
+    elif given in ("pytorch_ddp", "c10d"):
+        raise HybridConfigError(
+            f"--ddp-backend {given} is not allowed with hybrid_lstm: torch's "
+            "DistributedDataParallel refuses modules spread over several devices; use "
+            "legacy_ddp (the default) or no_c10d"
+        )
+
+
+def adapt_fairseq_defaults(args: Any, cuda_devices: int, argv: Optional[Sequence[str]] = None) -> None:
+    allow_cpu_bf16(args)
+    one_process_per_gpu_group(args, cuda_devices, argv)
+    if hasattr(args, "ddp_backend"):
+        data_parallel_backend(args, argv)
