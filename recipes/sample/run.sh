@@ -77,7 +77,7 @@ train_stage() {
   mkdir -p "$out"   # no .tmp here: an interrupted training resumes from checkpoint_last.pt
   log "train: hybrid_lstm (2+2 x 256) for ${TRAIN_MINUTES} min on $WORK/bin"
   local hours; hours=$(python -c "print($TRAIN_MINUTES / 60)")
-  fairseq-train "$WORK/bin" --user-dir "$USER_DIR" \
+  PYTHONUNBUFFERED=1 fairseq-train "$WORK/bin" --user-dir "$USER_DIR" \
     --arch hybrid_lstm --share-all-embeddings --dropout "$DROPOUT" \
     --criterion hybrid_cross_entropy --label-smoothing 0.1 \
     --optimizer adam --adam-betas '(0.9, 0.98)' --lr "$LR" --clip-norm 1.0 \
@@ -85,7 +85,7 @@ train_stage() {
     --save-dir "$out" --no-epoch-checkpoints --save-interval-updates 500 --keep-interval-updates 1 \
     --required-batch-size-multiple 1 --num-workers 0 --seed "$SEED" \
     --log-format simple --log-interval 100 $DEVICE_ARGS 2>&1 | tee "$out/train.log" \
-    | grep --line-buffered -E "epoch [0-9]+ \| (loss|valid on)|\| INFO \| (train|valid) \||done training|Error|error" >&2
+    | grep --line-buffered -E "\| INFO \| (train_inner|train|valid) \||done training|Error|error" >&2
   [ -f "$out/checkpoint_best.pt" ] || die "train: no checkpoint_best.pt in $out (see $out/train.log)"
   date -u +%Y-%m-%dT%H:%M:%SZ > "$out/.done"
   log "train: done -> $out"
