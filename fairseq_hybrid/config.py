@@ -107,16 +107,9 @@ def effective(cfg: Any, name: str) -> Any:
 def validate_model_config(cfg: Any) -> None:
     """Reject bad model options with one clear line. ``cfg`` is an argparse namespace or
     an omegaconf/dataclass config."""
-    for name in ("encoder_layers", "decoder_layers"):
-        value = getattr(cfg, name, None)
-        if value is not None:
-            require(
-                isinstance(value, int) and value >= 1,
-                "--" + name.replace("_", "-"), value, "an integer >= 1",
-            )
     for name in (
-        "encoder_embed_dim", "encoder_hidden_size", "decoder_embed_dim",
-        "decoder_hidden_size", "decoder_out_embed_dim",
+        "encoder_layers", "decoder_layers", "encoder_embed_dim", "encoder_hidden_size",
+        "decoder_embed_dim", "decoder_hidden_size", "decoder_out_embed_dim",
     ):
         value = getattr(cfg, name, None)
         if value is not None:

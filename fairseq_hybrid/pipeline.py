@@ -67,6 +67,19 @@ class PipelineOutput:
     decoder_top: Optional[Tensor]  # tgt_len x B x H on the last decoder layer's device
 
 
+@dataclass
+class CellRecord:
+    """What a cell's own backward needs when the pipeline runs backward stage by stage:
+    its detached inputs (leaves whose .grad it fills) and its outputs."""
+    input_leaf: Optional[Tensor]
+    state_leaves: Optional[State]
+    output: Tensor
+    state: State
+
+
+Key = Tuple[str, int, int]
+
+
 class WavefrontPipeline:
     def __init__(
         self,
@@ -77,9 +90,17 @@ class WavefrontPipeline:
         workers: DeviceWorkers,
     ) -> None:
         self.stacks = {ENCODER: encoder_stack, DECODER: decoder_stack}
+        self.num_layers = len(encoder_stack.layers)
         self.bridge = bridge
         self.plan = plan
         self.workers = workers
+
+    @property
+    def backward_by_stage(self) -> bool:
+        """On CPU devices autograd runs one ``.backward()`` on a single thread, so the
+        pipeline issues each cell's backward on its own worker, in reverse clock order.
+        (CUDA's autograd already runs one thread per device.)"""
+        return self.plan.num_devices > 1 and all(d.type == "cpu" for d in self.plan.devices)
 
     def run(
         self, source: Tensor, source_lengths: Tensor, target: Optional[Tensor]
@@ -87,76 +108,227 @@ class WavefrontPipeline:
         """source: src_len x B x E embedded (right-padded) source; target: tgt_len x B x E
         embedded decoder input, or None to run the encoder only (input feeding).
         Returns the top outputs and the encoder's final states."""
-        num_layers = len(self.stacks[ENCODER].layers)
         spans = {
             ENCODER: chunk_bounds(source.size(0), self.plan.chunks),
             DECODER: [] if target is None else chunk_bounds(target.size(0), self.plan.chunks),
         }
-        inputs = {ENCODER: source, DECODER: target}
         lengths = source_lengths.cpu()
-        outputs: Dict[Tuple[str, int, int], Tensor] = {}
-        states: Dict[Tuple[str, int, int], State] = {}
-
-        def cell_task(cell: Cell) -> Callable[[], Tuple[Tensor, State]]:
-            stack = self.stacks[cell.side]
-            device = self.plan.device_of_layer(cell.layer)
-            start, end = spans[cell.side][cell.chunk]
-
-            def run() -> Tuple[Tensor, State]:
-                if cell.layer == 0:
-                    x = inputs[cell.side][start:end].to(device)
-                else:
-                    x = outputs[(cell.side, cell.layer - 1, cell.chunk)].to(device)
-                x = stack.layer_input(cell.layer, x)
-                state = self._initial_state(cell, states, spans, device)
-                steps = None
-                if cell.side == ENCODER:
-                    steps = (lengths - start).clamp(min=0, max=end - start)
-                return run_layer(stack.layers[cell.layer], x, steps, state)
-
-            return run
-
-        for cycle in clock_cycles(len(spans[ENCODER]), len(spans[DECODER]), num_layers):
-            results = self.workers.run_all(
-                [
-                    (
-                        self.plan.layer_device[cell.layer],
-                        f"{cell.side} layer {cell.layer} chunk {cell.chunk}",
-                        cell_task(cell),
-                    )
-                    for cell in cycle
-                ]
+        if torch.is_grad_enabled() and self.backward_by_stage:
+            empty = source.new_zeros(0)
+            results = _StagedPipeline.apply(
+                self, lengths, spans, source, empty if target is None else target
             )
-            for cell, (out, state) in zip(cycle, results):
-                outputs[(cell.side, cell.layer, cell.chunk)] = out
-                states[(cell.side, cell.layer, cell.chunk)] = state
+            encoder_top, decoder_top = results[0], results[1]
+            hiddens = results[2 : 2 + self.num_layers]
+            cells = results[2 + self.num_layers :]
+            return PipelineOutput(
+                encoder_top, list(zip(hiddens, cells)), None if target is None else decoder_top
+            )
+        outputs, states, _ = self.forward_cells(source, lengths, target, spans, detach=False)
+        return self.collect(outputs, states, spans, target is not None)
 
-        top = num_layers - 1
+    def collect(
+        self, outputs: Dict[Key, Tensor], states: Dict[Key, State],
+        spans: Dict[str, Sequence[Span]], has_target: bool,
+    ) -> PipelineOutput:
+        top = self.num_layers - 1
         last_source_chunk = len(spans[ENCODER]) - 1
         return PipelineOutput(
             encoder_top=torch.cat(
                 [outputs[(ENCODER, top, k)] for k in range(len(spans[ENCODER]))], dim=0
             ),
             encoder_finals=[
-                states[(ENCODER, layer, last_source_chunk)] for layer in range(num_layers)
+                states[(ENCODER, layer, last_source_chunk)] for layer in range(self.num_layers)
             ],
-            decoder_top=None if target is None else torch.cat(
+            decoder_top=torch.cat(
                 [outputs[(DECODER, top, k)] for k in range(len(spans[DECODER]))], dim=0
-            ),
+            ) if has_target else None,
         )
 
-    def _initial_state(
+    def forward_cells(
         self,
-        cell: Cell,
-        states: Dict[Tuple[str, int, int], State],
+        source: Tensor,
+        lengths: Tensor,
+        target: Optional[Tensor],
         spans: Dict[str, Sequence[Span]],
-        device: torch.device,
+        detach: bool,
+    ) -> Tuple[Dict[Key, Tensor], Dict[Key, State], Dict[Key, CellRecord]]:
+        """Run every cell in clock-cycle order. With ``detach`` each cell starts from
+        detached copies of its inputs (leaves), so its backward can run on its own."""
+        inputs = {ENCODER: source, DECODER: target}
+        outputs: Dict[Key, Tensor] = {}
+        states: Dict[Key, State] = {}
+        records: Dict[Key, CellRecord] = {}
+
+        def leaf(tensor: Tensor) -> Tensor:
+            return tensor.detach().requires_grad_(tensor.requires_grad)
+
+        def cell_task(cell: Cell) -> Callable[[], CellRecord]:
+            stack = self.stacks[cell.side]
+            device = self.plan.device_of_layer(cell.layer)
+            start, end = spans[cell.side][cell.chunk]
+
+            def run() -> CellRecord:
+                input_leaf = None
+                if cell.layer == 0:
+                    x = inputs[cell.side][start:end]
+                else:
+                    x = outputs[(cell.side, cell.layer - 1, cell.chunk)]
+                    if detach:
+                        x = input_leaf = leaf(x)
+                x = stack.layer_input(cell.layer, x.to(device))
+                state_leaves = previous = self._previous_state(cell, states, spans)
+                if detach and previous is not None:
+                    state_leaves = previous = (leaf(previous[0]), leaf(previous[1]))
+                state = self._initial_state(cell, previous, device)
+                steps = None
+                if cell.side == ENCODER:
+                    steps = (lengths - start).clamp(min=0, max=end - start)
+                out, final = run_layer(stack.layers[cell.layer], x, steps, state)
+                return CellRecord(input_leaf, state_leaves, out, final)
+
+            return run
+
+        for cycle in clock_cycles(len(spans[ENCODER]), len(spans[DECODER]), self.num_layers):
+            results = self.workers.run_all(
+                [
+                    (self.plan.layer_device[cell.layer], describe(cell), cell_task(cell))
+                    for cell in cycle
+                ]
+            )
+            for cell, record in zip(cycle, results):
+                key = (cell.side, cell.layer, cell.chunk)
+                outputs[key], states[key], records[key] = record.output, record.state, record
+        return outputs, states, records
+
+    def _previous_state(
+        self, cell: Cell, states: Dict[Key, State], spans: Dict[str, Sequence[Span]]
     ) -> Optional[State]:
+        """The state this cell continues from: its layer's state after the previous chunk;
+        for decoder chunk 0, the encoder layer's final state; for encoder chunk 0, none."""
         if cell.chunk > 0:
             return states[(cell.side, cell.layer, cell.chunk - 1)]
         if cell.side == ENCODER:
+            return None
+        return states[(ENCODER, cell.layer, len(spans[ENCODER]) - 1)]
+
+    def _initial_state(
+        self, cell: Cell, previous: Optional[State], device: torch.device
+    ) -> Optional[State]:
+        if previous is None:
             return None  # zeros
-        hidden, cell_state = states[(ENCODER, cell.layer, len(spans[ENCODER]) - 1)]
-        master = self.plan.master
-        hidden, cell_state = self.bridge(hidden.to(master), cell_state.to(master))
-        return hidden.to(device), cell_state.to(device)
+        if cell.side == DECODER and cell.chunk == 0:  # bridge encoder -> decoder sizes
+            master = self.plan.master
+            previous = self.bridge(previous[0].to(master), previous[1].to(master))
+        return previous[0].to(device), previous[1].to(device)
+
+    def backward_cells(
+        self,
+        records: Dict[Key, CellRecord],
+        spans: Dict[str, Sequence[Span]],
+        top_grads: Dict[str, Optional[Tensor]],
+        final_grads: Sequence[Tuple[Optional[Tensor], Optional[Tensor]]],
+    ) -> None:
+        """Each cell's backward on its own worker, in reverse clock order; fills the
+        input leaves' (and the parameters') ``.grad``. ``final_grads``: gradients that
+        reached the encoder's final states from outside (input feeding uses them)."""
+        output_grads: Dict[Key, Optional[Tensor]] = {}
+        state_grads: Dict[Key, Tuple[Optional[Tensor], Optional[Tensor]]] = {}
+        last_source_chunk = len(spans[ENCODER]) - 1
+        for layer, grads in enumerate(final_grads):
+            state_grads[(ENCODER, layer, last_source_chunk)] = grads
+        top = self.num_layers - 1
+        for side, grad in top_grads.items():
+            for chunk, (start, end) in enumerate(spans[side]):
+                output_grads[(side, top, chunk)] = None if grad is None else grad[start:end]
+
+        def backward_task(key: Key) -> Callable[[], None]:
+            record = records[key]
+
+            def run() -> None:
+                tensors, grads = [], []
+                state_grad = state_grads.get(key, (None, None))
+                for tensor, grad in (
+                    (record.output, output_grads.get(key)),
+                    (record.state[0], state_grad[0]),
+                    (record.state[1], state_grad[1]),
+                ):
+                    if grad is not None and tensor.requires_grad:
+                        tensors.append(tensor)
+                        grads.append(grad.to(tensor.device))
+                if tensors:
+                    torch.autograd.backward(tensors, grads)
+
+            return run
+
+        cycles = clock_cycles(len(spans[ENCODER]), len(spans[DECODER]), self.num_layers)
+        for cycle in reversed(cycles):
+            self.workers.run_all(
+                [
+                    (self.plan.layer_device[cell.layer], "backward of " + describe(cell),
+                     backward_task((cell.side, cell.layer, cell.chunk)))
+                    for cell in cycle
+                ]
+            )
+            for cell in cycle:
+                record = records[(cell.side, cell.layer, cell.chunk)]
+                if record.input_leaf is not None:
+                    output_grads[(cell.side, cell.layer - 1, cell.chunk)] = record.input_leaf.grad
+                if record.state_leaves is not None:
+                    previous = (
+                        (cell.side, cell.layer, cell.chunk - 1) if cell.chunk > 0
+                        else (ENCODER, cell.layer, len(spans[ENCODER]) - 1)
+                    )
+                    state_grads[previous] = tuple(
+                        add_grads(state_grads.get(previous, (None, None))[i],
+                                  record.state_leaves[i].grad)
+                        for i in range(2)
+                    )
+
+
+def add_grads(a: Optional[Tensor], b: Optional[Tensor]) -> Optional[Tensor]:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a + b.to(a.device)
+
+
+def describe(cell: Cell) -> str:
+    return f"{cell.side} layer {cell.layer} chunk {cell.chunk}"
+
+
+class _StagedPipeline(torch.autograd.Function):
+    """The whole pipeline as one autograd node whose backward is the pipeline's own
+    reverse-clock-order schedule of per-cell backward calls on the device workers."""
+
+    @staticmethod
+    def forward(ctx, pipeline: WavefrontPipeline, lengths: Tensor, spans, source: Tensor,
+                target: Tensor):
+        ctx.set_materialize_grads(False)  # unused outputs get None, not zeros
+        has_target = target.numel() > 0
+        source_leaf = source.detach().requires_grad_(source.requires_grad)
+        target_leaf = target.detach().requires_grad_(target.requires_grad)
+        with torch.enable_grad():
+            outputs, states, records = pipeline.forward_cells(
+                source_leaf, lengths, target_leaf if has_target else None, spans, detach=True
+            )
+        result = pipeline.collect(outputs, states, spans, has_target)
+        ctx.pipeline, ctx.records, ctx.spans = pipeline, records, spans
+        ctx.leaves = (source_leaf, target_leaf)
+        finals = [t.detach() for pair in result.encoder_finals for t in pair]
+        hiddens, cells = finals[0::2], finals[1::2]
+        decoder_top = result.decoder_top.detach() if has_target else target.new_zeros(0)
+        return (result.encoder_top.detach(), decoder_top, *hiddens, *cells)
+
+    @staticmethod
+    def backward(ctx, encoder_top_grad, decoder_top_grad, *final_grads):
+        source_leaf, target_leaf = ctx.leaves
+        layers = len(final_grads) // 2
+        ctx.pipeline.backward_cells(
+            ctx.records, ctx.spans,
+            {ENCODER: encoder_top_grad, DECODER: decoder_top_grad if ctx.spans[DECODER] else None},
+            list(zip(final_grads[:layers], final_grads[layers:])),
+        )
+        ctx.records = None  # free the cells' graphs
+        return None, None, None, source_leaf.grad, target_leaf.grad

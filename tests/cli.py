@@ -82,3 +82,10 @@ def run_ranks(tool: str, args: List[str], world_size: int, cwd: Path, timeout: i
         if result.returncode != 0:
             raise AssertionError(f"{tool} rank exited {result.returncode}:\n{result.stderr[-4000:]}")
     return results
+
+
+def prepared_sample(root: Path, train: int, valid: int, test: int) -> Path:
+    """A binarized subset of the bundled corpus under ``root`` (raw/ and bin/)."""
+    write_sample_subset(root / "raw", train=train, valid=valid, test=test)
+    preprocess(root / "raw", root / "bin")
+    return root

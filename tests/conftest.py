@@ -3,3 +3,20 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+
+@pytest.fixture
+def full_precision_reference(monkeypatch):
+    """fairseq's log_softmax always computes in float32; keep float64 float64 so float64
+    comparisons against fairseq's criterion are exact to 1e-10, not float32 rounding."""
+    from fairseq import utils
+
+    def log_softmax(x, dim, onnx_trace=False):
+        return F.log_softmax(x if x.dtype == torch.float64 else x.float(), dim=dim)
+
+    monkeypatch.setattr(utils, "log_softmax", log_softmax)

@@ -61,3 +61,12 @@ def random_lengths(count: int, seed: int, max_len: int = 9):
         tuple(int(v) for v in torch.randint(2, max_len + 1, (2,), generator=generator))
         for _ in range(count)
     ]
+
+
+def loss_and_grads(criterion, model, batch):
+    """(loss, sample_size, logging output, {name: grad}) of one forward/backward."""
+    model.zero_grad()
+    loss, sample_size, logging = criterion(model, batch)
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return loss.detach(), sample_size, logging, grads

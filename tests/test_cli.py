@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from cli import USER_DIR, preprocess, run_tool, write_sample_subset
+from cli import USER_DIR, run_tool, prepared_sample
 
 SMALL_MODEL = [
     "--arch", "hybrid_lstm", "--encoder-embed-dim", "32", "--encoder-hidden-size", "32",
@@ -27,10 +27,7 @@ def train_args(data, save_dir, max_update):
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("e2e")
-    write_sample_subset(root / "raw", train=300, valid=40, test=30)
-    preprocess(root / "raw", root / "bin")
-    return root
+    return prepared_sample(tmp_path_factory.mktemp("e2e"), train=300, valid=40, test=30)
 
 
 def train_losses(stdout: str):

@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from cli import USER_DIR, preprocess, run_ranks, run_tool, write_sample_subset
+from cli import USER_DIR, run_ranks, run_tool, prepared_sample
 
 MODEL = [
     "--arch", "hybrid_lstm", "--encoder-layers", "3", "--decoder-layers", "3",
@@ -52,10 +52,7 @@ def weights(path):
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hybrid-e2e")
-    write_sample_subset(root / "raw", train=400, valid=30, test=20)
-    preprocess(root / "raw", root / "bin")
-    return root
+    return prepared_sample(tmp_path_factory.mktemp("hybrid-e2e"), train=400, valid=30, test=20)
 
 
 def test_three_devices_train_like_one(data):

@@ -3,31 +3,14 @@ nll_loss, sample_size, logging and every parameter gradient, with padding, smoot
 token chunking."""
 import pytest
 import torch
-import torch.nn.functional as F
-from fairseq import utils
 from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 
 from fairseq_hybrid.criterion import HybridCrossEntropyCriterion
 from fairseq_hybrid.errors import HybridConfigError
-from helpers import make_batch, make_dictionary, make_model, make_task, random_lengths
+from helpers import loss_and_grads, make_batch, make_dictionary, make_model, make_task, random_lengths
 
 
-@pytest.fixture(autouse=True)
-def full_precision_reference(monkeypatch):
-    """fairseq's log_softmax always computes in float32; keep float64 float64 so the
-    float64 comparisons below are exact to 1e-10 rather than to float32 rounding."""
-    def log_softmax(x, dim, onnx_trace=False):
-        return F.log_softmax(x if x.dtype == torch.float64 else x.float(), dim=dim)
-
-    monkeypatch.setattr(utils, "log_softmax", log_softmax)
-
-
-def loss_and_grads(criterion, model, batch):
-    model.zero_grad()
-    loss, sample_size, logging = criterion(model, batch)
-    loss.backward()
-    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    return loss.detach(), sample_size, logging, grads
+pytestmark = pytest.mark.usefixtures("full_precision_reference")
 
 
 @pytest.mark.parametrize("input_feeding", [False, True])

@@ -3,27 +3,13 @@ K = 1..5 time chunks, loss and every parameter gradient equal the plain model's
 (float64 to 1e-10, float32 to 1e-5), with random padding and lengths."""
 import pytest
 import torch
-import torch.nn.functional as F
-from fairseq import utils
 from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 
 from fairseq_hybrid.criterion import HybridCrossEntropyCriterion
-from helpers import make_batch, make_dictionary, make_model, make_task, random_lengths
+from helpers import loss_and_grads, make_batch, make_dictionary, make_model, make_task, random_lengths
 
 
-@pytest.fixture(autouse=True)
-def full_precision_reference(monkeypatch):
-    def log_softmax(x, dim, onnx_trace=False):
-        return F.log_softmax(x if x.dtype == torch.float64 else x.float(), dim=dim)
-
-    monkeypatch.setattr(utils, "log_softmax", log_softmax)
-
-
-def loss_and_grads(criterion, model, batch):
-    model.zero_grad()
-    loss, _, logging = criterion(model, batch)
-    loss.backward()
-    return loss.detach(), logging, {n: p.grad.clone() for n, p in model.named_parameters()}
+pytestmark = pytest.mark.usefixtures("full_precision_reference")
 
 
 def use_devices(model, devices: str, chunks: int, balance=None):
@@ -35,8 +21,9 @@ def use_devices(model, devices: str, chunks: int, balance=None):
 
 
 def assert_same(actual, expected, rtol, atol):
-    loss, logging, grads = actual
-    ref_loss, ref_logging, ref_grads = expected
+    loss, _, logging, grads = actual
+    ref_loss, _, ref_logging, ref_grads = expected
+    assert grads.keys() == ref_grads.keys()
     torch.testing.assert_close(loss, ref_loss, rtol=rtol, atol=0)
     torch.testing.assert_close(logging["nll_loss"], ref_logging["nll_loss"], rtol=rtol, atol=0)
     assert logging["ntokens"] == ref_logging["ntokens"]
@@ -113,3 +100,17 @@ def test_bfloat16_model_runs_in_bfloat16_through_the_engine():
     loss.backward()
     assert torch.isfinite(loss)
     assert all(p.dtype == torch.bfloat16 and p.grad is not None for p in model.parameters())
+
+
+@pytest.mark.parametrize("by_stage", [False, True])
+def test_backward_by_stage_and_by_autograd_agree(monkeypatch, by_stage):
+    """CPU devices run each cell's backward on its worker; GPUs leave backward to
+    autograd. Both schedules give the single-device gradients."""
+    from fairseq_hybrid.pipeline import WavefrontPipeline
+
+    monkeypatch.setattr(WavefrontPipeline, "backward_by_stage", property(lambda self: by_stage))
+    _, task, model, batch = setup(torch.float64, seed=21)
+    reference = loss_and_grads(LabelSmoothedCrossEntropyCriterion(task, False, 0.1), model, batch)
+    use_devices(model, "cpu,cpu,cpu", 4)
+    hybrid = HybridCrossEntropyCriterion(task, False, 0.1)
+    assert_same(loss_and_grads(hybrid, model, batch), reference, rtol=1e-10, atol=1e-13)
