@@ -8,7 +8,11 @@ process. Runs while fairseq parses the command line (from the ``--arch`` functio
 - ``--ddp-backend legacy_ddp`` by default: fairseq's ``pytorch_ddp`` wrapper passes
   ``device_ids=[device_id]``, which torch refuses for a module spread over several GPUs
   and for CPU modules; legacy_ddp all-reduces the gradients after backward instead;
-- ``--bf16`` without CUDA trains in bfloat16 on the CPU instead of demanding a TPU.
+- ``--bf16`` without CUDA trains in bfloat16 on the CPU instead of demanding a TPU;
+- ``--fp16`` over several GPUs keeps one fp32 master copy per parameter
+  (``--fp16-no-flatten-grads``): fairseq's flat fp32 buffer lives on one GPU and only
+  syncs the gradients of parameters on that GPU (``FP16Optimizer._sync_fp16_grads_to_fp32``
+  groups them by ``p.device.index``), so the others would silently never train.
 """
 from __future__ import annotations
 
@@ -46,6 +50,11 @@ def one_process_per_gpu_group(args: Any, cuda_devices: int, argv: Optional[Seque
         args.distributed_world_size = 1
 
 
+def per_parameter_fp32_copies(args: Any, cuda_devices: int) -> None:
+    if cuda_devices > 1 and getattr(args, "fp16", False):
+        args.fp16_no_flatten_grads = True
+
+
 def data_parallel_backend(args: Any, argv: Optional[Sequence[str]] = None) -> None:
     given = explicit_option("--ddp-backend", argv)
     if given is None:
@@ -61,5 +70,6 @@ def data_parallel_backend(args: Any, argv: Optional[Sequence[str]] = None) -> No
 def adapt_fairseq_defaults(args: Any, cuda_devices: int, argv: Optional[Sequence[str]] = None) -> None:
     allow_cpu_bf16(args)
     one_process_per_gpu_group(args, cuda_devices, argv)
+    per_parameter_fp32_copies(args, cuda_devices)
     if hasattr(args, "ddp_backend"):
         data_parallel_backend(args, argv)
