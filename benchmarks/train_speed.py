@@ -1,7 +1,7 @@
 """Training throughput of fairseq-train configurations, measured in one run.
 
     python -m benchmarks.train_speed --data work/sample/bin --updates 200 --repeats 3 \
-        --config lstm="--arch lstm ..." --config hybrid="--arch hybrid_lstm ..." \
+        --config lstm="--arch lstm ..." --config hybrid="OMP_NUM_THREADS=1 --arch hybrid_lstm ..." \
         --json results/bench/train_speed.json
 
 Each configuration trains for ``--updates`` updates from scratch; the configurations run
@@ -35,16 +35,27 @@ COMMON = (
 )
 
 
+def split_env(options: str) -> tuple:
+    """Leading ``VAR=value`` words of a config set the environment (e.g. threads)."""
+    words = shlex.split(options)
+    env = {}
+    while words and "=" in words[0] and not words[0].startswith("-"):
+        key, value = words.pop(0).split("=", 1)
+        env[key] = value
+    return env, words
+
+
 def train_wps(data: str, options: str, updates: int, max_tokens: int, user_dir: str) -> Dict[str, float]:
     criterion = "hybrid_cross_entropy" if "hybrid_lstm" in options else "label_smoothed_cross_entropy"
+    env, words = split_env(options)
     command = [
         str(Path(sys.executable).parent / "fairseq-train"), data, "--user-dir", user_dir,
         *shlex.split(COMMON.format(criterion=criterion, max_tokens=max_tokens, updates=updates)),
-        *shlex.split(options),
+        *words,
     ]
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.run(command, capture_output=True, text=True, cwd=tmp,
-                              env=dict(os.environ, PYTHONWARNINGS="ignore"))
+                              env=dict(os.environ, PYTHONWARNINGS="ignore", **env))
     if proc.returncode != 0:
         sys.exit(f"train_speed.py: error: {' '.join(command)} failed:\n{proc.stderr[-3000:]}")
     for line in reversed((proc.stdout + proc.stderr).splitlines()):
