@@ -7,7 +7,6 @@ fairseq's ``label_smoothed_cross_entropy``, whose numbers it reproduces.
 """
 
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from fairseq import utils
@@ -18,7 +17,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 )
 
 from .errors import require
-from .loss import head_loss
+from .loss import TokenLoss
 
 
 @dataclass
@@ -67,8 +66,7 @@ class HybridCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
         if not reduce:  # per-token losses: the plain path materialises them anyway
             return super().forward(model, sample, reduce=False)
         decoder = model.decoder
-        loss_fn = partial(
-            head_loss,
+        loss_fn = TokenLoss(
             padding_idx=self.padding_idx,
             epsilon=self.eps,
             chunk_tokens=self.softmax_chunk_tokens,

@@ -18,6 +18,7 @@ from fairseq.modules import FairseqDropout
 from torch import Tensor
 
 from .encoder import EncoderOut, attention_in_source_order
+from .dropout import apply_mask
 from .head import AttentionHead
 from .layers import linear
 from .lstm_stack import LSTMStack, State, layer_device, run_layer, to_device
@@ -179,15 +180,16 @@ class HybridLSTMDecoder(FairseqIncrementalDecoder):
         head_device = self.head_device
         sources, mask = sources.to(head_device), mask.to(head_device)
         if input_feed is None:
-            input_feed = x.new_zeros(x.size(1), self.head.combine_proj.out_features)
+            input_feed = x.new_zeros(x.size(1), self.head.combined_dim)
         combined_steps, weight_steps = [], []
         for step in range(x.size(0)):
             layer_input = torch.cat([x[step], input_feed.to(x.device)], dim=1).unsqueeze(0)
+            masks = self.stack.draw_masks(1, layer_input.size(1), layer_input)
             for index, layer in enumerate(self.stack.layers):
                 device = layer_device(layer)
                 layer_input, states[index] = run_layer(
                     layer,
-                    self.stack.layer_input(index, layer_input.to(device)),
+                    apply_mask(layer_input.to(device), masks[index]),
                     None,
                     to_device(states[index], device),
                 )

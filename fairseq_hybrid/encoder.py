@@ -11,7 +11,7 @@ The encoder output is a dict (fairseq's convention for reorderable encoder outpu
 """
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
 from fairseq import utils
@@ -19,6 +19,7 @@ from fairseq.models import FairseqEncoder
 from fairseq.modules import FairseqDropout
 from torch import Tensor
 
+from .dropout import apply_mask, dropout_mask
 from .lstm_stack import LSTMStack
 
 EncoderOut = Dict[str, Tensor]
@@ -63,13 +64,14 @@ class HybridLSTMEncoder(FairseqEncoder):
         finals: List,
         right_padded_tokens: Tensor,
         source_shift: Tensor,
+        top_mask: Optional[Tensor],
     ) -> EncoderOut:
         """Build the encoder-out dict from the stack's top output (time-major) and
         per-layer final states."""
         device = top.device
         padding_mask = right_padded_tokens.to(device).eq(self.padding_idx)
         return {
-            "encoder_out": self.dropout_out(top).transpose(0, 1),
+            "encoder_out": apply_mask(top, top_mask).transpose(0, 1),
             "encoder_padding_mask": padding_mask,
             "final_hiddens": torch.stack([h.to(device) for h, _ in finals]),
             "final_cells": torch.stack([c.to(device) for _, c in finals]),
@@ -81,7 +83,14 @@ class HybridLSTMEncoder(FairseqEncoder):
         top, finals = self.stack(self.embed(tokens), src_lengths)
         # the head attends over S on the embeddings' (master) device
         top = top.to(self.embed_tokens.weight.device)
-        return self.package(top, finals, tokens, self.source_shift(src_tokens, tokens))
+        return self.package(
+            top, finals, tokens, self.source_shift(src_tokens, tokens),
+            self.top_mask(top.shape, top),
+        )
+
+    def top_mask(self, shape, like: Tensor, device: Optional[torch.device] = None) -> Optional[Tensor]:
+        """The dropout mask of the top states S (src_len x B x hidden)."""
+        return dropout_mask(self.dropout_out, shape, like, device)
 
     def source_shift(self, src_tokens: Tensor, right_padded: Tensor) -> Tensor:
         """Per sentence, how many positions it moved left when it was right-padded."""

@@ -24,28 +24,27 @@ from torch.nn.parallel import parallel_apply, replicate
 
 from .encoder import EncoderOut
 from .head import AttentionHead
-from .loss import HeadLoss
-from .pipeline import WavefrontPipeline
+from .loss import HeadLoss, TokenLoss
+from .pipeline import DECODER, ENCODER, WavefrontPipeline
 from .placement import PlacementPlan, shard_bounds
 from .worker import DeviceWorkers
 
 logger = logging.getLogger(__name__)
 
-# loss_fn(head, features, encoder_out, target) -> HeadLoss, for one shard of sentences
-ShardLossFn = Callable[[AttentionHead, Tensor, EncoderOut, Tensor], HeadLoss]
-
-
 class ShardLoss(nn.Module):
     """The head plus its loss, as one module so ``replicate``/``parallel_apply`` can run it."""
 
-    def __init__(self, head: AttentionHead, loss_fn: ShardLossFn) -> None:
+    def __init__(self, head: AttentionHead, loss_fn: TokenLoss) -> None:
         super().__init__()
         self.head = head
         self.loss_fn = loss_fn
 
-    def forward(self, features: Tensor, sources: Tensor, mask: Tensor, target: Tensor) -> HeadLoss:
-        encoder_out = {"encoder_out": sources, "encoder_padding_mask": mask}
-        return self.loss_fn(self.head, features, encoder_out, target)
+    def forward(
+        self, features: Tensor, sources: Tensor, padding_mask: Tensor, target: Tensor,
+        combine_mask: Optional[Tensor] = None,
+    ) -> HeadLoss:
+        encoder_out = {"encoder_out": sources, "encoder_padding_mask": padding_mask}
+        return self.loss_fn(self.head, features, encoder_out, target, combine_mask)
 
 
 class HybridEngine:
@@ -82,14 +81,21 @@ class HybridEngine:
         encoder, decoder = self.model.encoder, self.model.decoder
         tokens = encoder.right_pad(src_tokens)
         input_feeding = decoder.input_feeding
-        out = self.pipeline.run(
-            encoder.embed(tokens),
-            src_lengths,
-            None if input_feeding else decoder.embed(prev_output_tokens),
+        # random draws in the plain model's order (see dropout.py)
+        source = encoder.embed(tokens)
+        masks = {ENCODER: encoder.stack.draw_masks(source.size(0), source.size(1), source)}
+        top_device = self.plan.device_of_layer(encoder.num_layers - 1)
+        top_mask = encoder.top_mask(
+            (source.size(0), source.size(1), encoder.hidden_size), source, top_device
         )
+        target = None
+        if not input_feeding:
+            target = decoder.embed(prev_output_tokens)
+            masks[DECODER] = decoder.stack.draw_masks(target.size(0), target.size(1), target)
+        out = self.pipeline.run(source, src_lengths, target, masks)
         encoder_out = encoder.package(
             out.encoder_top, out.encoder_finals, tokens,
-            encoder.source_shift(src_tokens, tokens),
+            encoder.source_shift(src_tokens, tokens), top_mask,
         )
         if input_feeding:
             # HybridNMT-IF: H_c of step t-1 feeds step t, so the decoder cannot be chunked
@@ -101,7 +107,7 @@ class HybridEngine:
 
     # ------------------------------------------------------- data parallel
     def head_loss(
-        self, features: Tensor, encoder_out: EncoderOut, target: Tensor, loss_fn: ShardLossFn
+        self, features: Tensor, encoder_out: EncoderOut, target: Tensor, loss_fn: TokenLoss
     ) -> HeadLoss:
         head = self.model.decoder.head
         if self.plan.is_single_device:
@@ -109,19 +115,25 @@ class HybridEngine:
             encoder_out = {k: v.to(device) for k, v in encoder_out.items()
                            if k in ("encoder_out", "encoder_padding_mask")}
             return loss_fn(head, features.to(device), encoder_out, target.to(device))
-        shards = [
-            (index, start, end)
-            for index, (start, end) in enumerate(shard_bounds(target.size(0), self.plan.num_devices))
-            if end > start
-        ]
-        inputs = [
-            tuple(
-                t[start:end].to(self.plan.devices[index])
-                for t in (features, encoder_out["encoder_out"],
-                          encoder_out["encoder_padding_mask"], target)
-            )
-            for index, start, end in shards
-        ]
+        bounds = shard_bounds(target.size(0), self.plan.num_devices)
+        tokens_per_sentence = loss_fn.selection(target).sum(dim=1).tolist()
+        mask = None
+        if not loss_fn.features_are_combined:  # drawn here, once, in the plain order
+            mask = head.combine_mask((sum(tokens_per_sentence), head.combined_dim), features)
+        shards, inputs = [], []
+        for index, (start, end) in enumerate(bounds):
+            if end == start:
+                continue
+            device = self.plan.devices[index]
+            first = sum(tokens_per_sentence[:start])
+            last = first + sum(tokens_per_sentence[start:end])
+            shards.append(index)
+            inputs.append((
+                *(t[start:end].to(device) for t in (
+                    features, encoder_out["encoder_out"], encoder_out["encoder_padding_mask"],
+                    target)),
+                None if mask is None else mask[first:last].to(device),
+            ))
         results = self._run_shards(head, loss_fn, shards, inputs)
         master = self.plan.master
         n_correct = [r.n_correct for r in results if r.n_correct is not None]
@@ -134,18 +146,18 @@ class HybridEngine:
     def _run_shards(
         self,
         head: AttentionHead,
-        loss_fn: ShardLossFn,
-        shards: List[Tuple[int, int, int]],
-        inputs: List[Tuple[Tensor, ...]],
+        loss_fn: TokenLoss,
+        shards: List[int],
+        inputs: List[Tuple[Optional[Tensor], ...]],
     ) -> List[HeadLoss]:
         module = ShardLoss(head, loss_fn)
-        devices = [self.plan.devices[index] for index, _, _ in shards]
+        devices = [self.plan.devices[index] for index in shards]
         if all(d.type == "cuda" for d in self.plan.devices):
             replicas = replicate(module, devices)
             return parallel_apply(replicas, inputs, devices=devices)
         params: Dict[str, Tensor] = dict(module.named_parameters())
 
-        def shard_task(device: torch.device, shard_inputs: Tuple[Tensor, ...]) -> Callable[[], Any]:
+        def shard_task(device: torch.device, shard_inputs: Tuple[Optional[Tensor], ...]) -> Callable[[], Any]:
             def run() -> HeadLoss:
                 if device == self.plan.master:
                     return module(*shard_inputs)
@@ -156,6 +168,6 @@ class HybridEngine:
         return self.workers.run_all(
             [
                 (index, f"head shard {index}", shard_task(self.plan.devices[index], shard_inputs))
-                for (index, _, _), shard_inputs in zip(shards, inputs)
+                for index, shard_inputs in zip(shards, inputs)
             ]
         )

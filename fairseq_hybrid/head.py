@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from fairseq.modules import FairseqDropout
 from torch import Tensor
 
+from .dropout import apply_mask, dropout_mask
 from .layers import linear
 
 
@@ -59,10 +60,20 @@ class AttentionHead(nn.Module):
         weights = F.softmax(scores.float(), dim=-1).type_as(scores)
         return torch.bmm(weights, sources), weights
 
-    def combine(self, queries: Tensor, context: Tensor) -> Tensor:
-        """H_c = dropout(tanh(W_c [H; C])), on any leading shape."""
+    def combine(self, queries: Tensor, context: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+        """H_c = dropout(tanh(W_c [H; C])), on any leading shape. ``mask``: a dropout mask
+        drawn in advance (``combine_mask``); without one it is drawn here."""
         combined = torch.tanh(self.combine_proj(torch.cat([queries, context], dim=-1)))
-        return self.dropout(combined)
+        if mask is None:
+            mask = self.combine_mask(combined.shape, combined)
+        return apply_mask(combined, mask)
+
+    def combine_mask(self, shape, like: Tensor) -> Optional[Tensor]:
+        return dropout_mask(self.dropout, shape, like)
+
+    @property
+    def combined_dim(self) -> int:
+        return self.combine_proj.out_features
 
     def project(self, combined: Tensor) -> Tensor:
         """Unnormalised vocabulary scores."""

@@ -8,6 +8,7 @@ This function is what one data-parallel shard of the head runs.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
 import torch
@@ -48,6 +49,14 @@ def smoothed_token_loss(
     return loss, nll_sum.detach(), correct
 
 
+def selected_tokens(target: Tensor, padding_idx: int, ignore_prefix_size: int = 0) -> Tensor:
+    """B x T: the target positions the loss counts (real tokens past the prefix)."""
+    selected = target.ne(padding_idx)
+    if ignore_prefix_size > 0:
+        selected[:, :ignore_prefix_size] = False
+    return selected
+
+
 def head_loss(
     head: AttentionHead,
     features: Tensor,
@@ -59,22 +68,22 @@ def head_loss(
     features_are_combined: bool = False,
     ignore_prefix_size: int = 0,
     count_correct: bool = False,
+    combine_mask: Optional[Tensor] = None,
 ) -> HeadLoss:
     """Loss of the head over one batch (or shard) of sentences.
 
     features: B x T x D decoder states H (or H_c when ``features_are_combined``);
-    target: B x T with ``padding_idx`` at padding.
+    target: B x T with ``padding_idx`` at padding; combine_mask: the dropout mask of H_c
+    for the selected tokens, drawn in advance by a caller that shards the batch.
     """
-    selected = target.ne(padding_idx)
-    if ignore_prefix_size > 0:
-        selected[:, :ignore_prefix_size] = False
+    selected = selected_tokens(target, padding_idx, ignore_prefix_size)
     if features_are_combined:
         combined = features[selected]
     else:
         context, _ = head.attend(
             features, encoder_out["encoder_out"], encoder_out["encoder_padding_mask"]
         )
-        combined = head.combine(features[selected], context[selected])
+        combined = head.combine(features[selected], context[selected], combine_mask)
     tokens = target[selected]
 
     def chunk_loss(combined_chunk: Tensor, target_chunk: Tensor) -> tuple:
@@ -95,3 +104,28 @@ def head_loss(
         torch.stack([p[1] for p in parts]).sum(),
         torch.stack([p[2] for p in parts]).sum() if count_correct else None,
     )
+
+
+@dataclass(frozen=True)
+class TokenLoss:
+    """``head_loss`` with the criterion's settings bound: what one head shard runs."""
+
+    padding_idx: int
+    epsilon: float
+    chunk_tokens: int
+    features_are_combined: bool = False
+    ignore_prefix_size: int = 0
+    count_correct: bool = False
+
+    def selection(self, target: Tensor) -> Tensor:
+        return selected_tokens(target, self.padding_idx, self.ignore_prefix_size)
+
+    def __call__(
+        self, head: AttentionHead, features: Tensor, encoder_out: EncoderOut, target: Tensor,
+        combine_mask: Optional[Tensor] = None,
+    ) -> HeadLoss:
+        return head_loss(
+            head, features, encoder_out, target, self.padding_idx, self.epsilon,
+            self.chunk_tokens, self.features_are_combined, self.ignore_prefix_size,
+            self.count_correct, combine_mask,
+        )

@@ -15,6 +15,7 @@ from fairseq.modules import FairseqDropout
 from torch import Tensor
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from .dropout import apply_mask, dropout_mask
 from .layers import lstm_layer
 
 State = Tuple[Tensor, Tensor]  # (h, c), each batch x hidden
@@ -100,23 +101,32 @@ class LSTMStack(nn.Module):
         )
         self.dropout_between = FairseqDropout(dropout_between, module_name=module_name)
 
-    def layer_input(self, index: int, x: Tensor) -> Tensor:
-        """What layer ``index`` consumes, given the previous layer's output (or the
-        embedded input for layer 0)."""
-        return x if index == 0 else self.dropout_between(x)
+    def draw_masks(self, seq_len: int, batch_size: int, like: Tensor) -> List[Optional[Tensor]]:
+        """Between-layer dropout masks for a whole (seq_len x batch) input, one per layer
+        (None for layer 0, which takes the embeddings), each on its layer's device."""
+        masks: List[Optional[Tensor]] = [None]
+        for layer in list(self.layers)[1:]:
+            masks.append(dropout_mask(
+                self.dropout_between, (seq_len, batch_size, layer.input_size), like,
+                layer_device(layer),
+            ))
+        return masks
 
     def forward(
         self,
         x: Tensor,
         steps: Optional[Tensor] = None,
         initial: Optional[List[State]] = None,
+        masks: Optional[List[Optional[Tensor]]] = None,
     ) -> Tuple[Tensor, List[State]]:
+        if masks is None:
+            masks = self.draw_masks(x.size(0), x.size(1), x)
         finals: List[State] = []
         for index, layer in enumerate(self.layers):
             device = layer_device(layer)
             x, state = run_layer(
                 layer,
-                self.layer_input(index, x.to(device)),
+                apply_mask(x.to(device), masks[index]),
                 steps,
                 to_device(initial[index], device) if initial is not None else None,
             )

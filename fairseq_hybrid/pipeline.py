@@ -17,6 +17,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from .dropout import apply_mask
 from .lstm_stack import LSTMStack, State, run_layer
 from .placement import PlacementPlan
 from .worker import DeviceWorkers
@@ -78,6 +79,7 @@ class CellRecord:
 
 
 Key = Tuple[str, int, int]
+Masks = Dict[str, List[Optional[Tensor]]]  # side -> per-layer dropout mask (or None)
 
 
 class WavefrontPipeline:
@@ -103,11 +105,13 @@ class WavefrontPipeline:
         return self.plan.num_devices > 1 and all(d.type == "cpu" for d in self.plan.devices)
 
     def run(
-        self, source: Tensor, source_lengths: Tensor, target: Optional[Tensor]
+        self, source: Tensor, source_lengths: Tensor, target: Optional[Tensor],
+        masks: Masks,
     ) -> PipelineOutput:
         """source: src_len x B x E embedded (right-padded) source; target: tgt_len x B x E
-        embedded decoder input, or None to run the encoder only (input feeding).
-        Returns the top outputs and the encoder's final states."""
+        embedded decoder input, or None to run the encoder only (input feeding); masks:
+        per side, each layer's between-layer dropout mask over the whole sequence
+        (``LSTMStack.draw_masks``). Returns the top outputs and the encoder's finals."""
         spans = {
             ENCODER: chunk_bounds(source.size(0), self.plan.chunks),
             DECODER: [] if target is None else chunk_bounds(target.size(0), self.plan.chunks),
@@ -116,7 +120,7 @@ class WavefrontPipeline:
         if torch.is_grad_enabled() and self.backward_by_stage:
             empty = source.new_zeros(0)
             results = _StagedPipeline.apply(
-                self, lengths, spans, source, empty if target is None else target
+                self, lengths, spans, masks, source, empty if target is None else target
             )
             encoder_top, decoder_top = results[0], results[1]
             hiddens = results[2 : 2 + self.num_layers]
@@ -124,7 +128,7 @@ class WavefrontPipeline:
             return PipelineOutput(
                 encoder_top, list(zip(hiddens, cells)), None if target is None else decoder_top
             )
-        outputs, states, _ = self.forward_cells(source, lengths, target, spans, detach=False)
+        outputs, states, _ = self.forward_cells(source, lengths, target, spans, masks, detach=False)
         return self.collect(outputs, states, spans, target is not None)
 
     def collect(
@@ -151,6 +155,7 @@ class WavefrontPipeline:
         lengths: Tensor,
         target: Optional[Tensor],
         spans: Dict[str, Sequence[Span]],
+        masks: Masks,
         detach: bool,
     ) -> Tuple[Dict[Key, Tensor], Dict[Key, State], Dict[Key, CellRecord]]:
         """Run every cell in clock-cycle order. With ``detach`` each cell starts from
@@ -176,7 +181,8 @@ class WavefrontPipeline:
                     x = outputs[(cell.side, cell.layer - 1, cell.chunk)]
                     if detach:
                         x = input_leaf = leaf(x)
-                x = stack.layer_input(cell.layer, x.to(device))
+                mask = masks[cell.side][cell.layer]
+                x = apply_mask(x.to(device), None if mask is None else mask[start:end])
                 state_leaves = previous = self._previous_state(cell, states, spans)
                 if detach and previous is not None:
                     state_leaves = previous = (leaf(previous[0]), leaf(previous[1]))
@@ -303,15 +309,16 @@ class _StagedPipeline(torch.autograd.Function):
     reverse-clock-order schedule of per-cell backward calls on the device workers."""
 
     @staticmethod
-    def forward(ctx, pipeline: WavefrontPipeline, lengths: Tensor, spans, source: Tensor,
-                target: Tensor):
+    def forward(ctx, pipeline: WavefrontPipeline, lengths: Tensor, spans, masks: Masks,
+                source: Tensor, target: Tensor):
         ctx.set_materialize_grads(False)  # unused outputs get None, not zeros
         has_target = target.numel() > 0
         source_leaf = source.detach().requires_grad_(source.requires_grad)
         target_leaf = target.detach().requires_grad_(target.requires_grad)
         with torch.enable_grad():
             outputs, states, records = pipeline.forward_cells(
-                source_leaf, lengths, target_leaf if has_target else None, spans, detach=True
+                source_leaf, lengths, target_leaf if has_target else None, spans, masks,
+                detach=True,
             )
         result = pipeline.collect(outputs, states, spans, has_target)
         ctx.pipeline, ctx.records, ctx.spans = pipeline, records, spans
@@ -331,4 +338,4 @@ class _StagedPipeline(torch.autograd.Function):
             list(zip(final_grads[:layers], final_grads[layers:])),
         )
         ctx.records = None  # free the cells' graphs
-        return None, None, None, source_leaf.grad, target_leaf.grad
+        return None, None, None, None, source_leaf.grad, target_leaf.grad
