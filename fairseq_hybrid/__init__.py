@@ -2,12 +2,14 @@
 trained with hybrid data-model parallelism (Ono, Utiyama, Sumita 2019, arXiv 1909.00562).
 
 Importing the package registers the ``hybrid_lstm`` model (and its presets) and the
-``hybrid_cross_entropy`` criterion with fairseq, and lets fairseq's CLIs load checkpoints
-under torch >= 2.6 (``compat``).
+``hybrid_cross_entropy`` criterion with fairseq, lets fairseq's CLIs load checkpoints
+under torch >= 2.6 (``compat``) and reports unreadable checkpoints in one line (``checks``).
 """
+from .checks import readable_checkpoints
 from .compat import allow_fairseq_checkpoints
 
 allow_fairseq_checkpoints()
+readable_checkpoints()
 
 from . import criterion, model  # noqa: E402,F401  (registration side effects)
 

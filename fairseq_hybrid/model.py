@@ -20,6 +20,7 @@ from fairseq.models import (
 )
 from fairseq.utils import safe_getattr
 
+from .checks import check_data_dir, check_state_dict
 from .config import HybridLSTMConfig, dropout_or_default, validate_model_config
 from .decoder import HybridLSTMDecoder
 from .encoder import HybridLSTMEncoder
@@ -64,6 +65,13 @@ class HybridLSTMModel(FairseqEncoderDecoderModel):
         return super().forward(
             src_tokens, src_lengths, prev_output_tokens, features_only=features_only, **kwargs
         )
+
+    def load_state_dict(self, state_dict, strict: bool = True, model_cfg=None, args=None):
+        """fairseq's loading, after checking keys and shapes so a checkpoint of another
+        architecture or dictionary is reported in one line."""
+        if strict:
+            check_state_dict(self.state_dict(), state_dict)
+        return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
 
     def plan_from(self, options: dict) -> PlacementPlan:
         return build_plan(
@@ -166,6 +174,7 @@ def parse_time_checks(args: Any) -> None:
     """Runs while fairseq parses the command line (fairseq calls the --arch function
     there), so bad values stop the run before any file is touched."""
     validate_model_config(args)
+    check_data_dir(args)
     plan = check_plan_options(args)
     adapt_fairseq_defaults(args, sum(1 for d in set(plan.devices) if d.type == "cuda"))
     from .criterion import validate_criterion_args

@@ -41,10 +41,13 @@ def parse_device(item: str, spec: str) -> torch.device:
         index = int(text[5:])
         available = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if index >= available:
+            allowed = (
+                f"use indices below {available}" if available
+                else "use cpu devices (e.g. cpu,cpu)"
+            )
             raise HybridConfigError(
                 f"{DEVICES_OPTION} {spec!r}: {text} is not available (this machine has "
-                f"{available} CUDA device{'s' if available != 1 else ''}; use cpu devices "
-                f"or indices below {available})"
+                f"{available} CUDA device{'s' if available != 1 else ''}; {allowed})"
             )
         return torch.device("cuda", index)
     raise HybridConfigError(
@@ -62,7 +65,15 @@ def parse_devices(spec: Optional[str]) -> List[torch.device]:
             f"{DEVICES_OPTION} {spec!r} has an empty entry: use a comma-separated list of "
             "cuda:N, GPU indices N, or cpu"
         )
-    return [parse_device(item, spec) for item in items]
+    devices = [parse_device(item, spec) for item in items]
+    gpus = [d for d in devices if d.type == "cuda"]
+    if len(set(gpus)) != len(gpus):
+        repeated = sorted({str(d) for d in gpus if gpus.count(d) > 1})
+        raise HybridConfigError(
+            f"{DEVICES_OPTION} {spec!r} lists {', '.join(repeated)} more than once: each GPU "
+            "can be given once (cpu may repeat: CPU devices are worker threads)"
+        )
+    return devices
 
 
 def parse_balance(spec: Optional[str], num_devices: int, num_layers: int) -> List[int]:

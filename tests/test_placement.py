@@ -139,3 +139,11 @@ def test_fairseq_defaults_are_adapted_for_one_process_many_devices():
     assert (args.distributed_world_size, args.ddp_backend) == (2, "legacy_ddp")
     with pytest.raises(HybridConfigError, match="--ddp-backend pytorch_ddp is not allowed"):
         adapt_fairseq_defaults(SimpleNamespace(ddp_backend="pytorch_ddp"), 1, ["--ddp-backend", "pytorch_ddp"])
+
+
+def test_a_gpu_listed_twice_is_rejected(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert parse_devices("0,cuda:1") == [torch.device("cuda", 0), torch.device("cuda", 1)]
+    with pytest.raises(HybridConfigError, match=r"'0,cuda:0' lists cuda:0 more than once"):
+        parse_devices("0,cuda:0")

@@ -1,0 +1,96 @@
+"""Bad input to fairseq's CLIs with the plugin: one clear line naming the bad value, exit
+status != 0, and no checkpoint or output file written."""
+import shutil
+
+import pytest
+
+from cli import USER_DIR, prepared_sample, run_tool
+
+SMALL = ["--arch", "hybrid_lstm", "--encoder-embed-dim", "16", "--encoder-hidden-size", "16",
+         "--decoder-embed-dim", "16", "--decoder-hidden-size", "16", "--decoder-out-embed-dim", "16"]
+
+
+def train_args(data_dir, save_dir, *extra):
+    return [str(data_dir), "--user-dir", USER_DIR, *SMALL, "--criterion", "hybrid_cross_entropy",
+            "--optimizer", "adam", "--lr", "0.003", "--max-tokens", "300", "--max-update", "2",
+            "--save-dir", str(save_dir), "--num-workers", "0", *extra]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bad-input")
+    prepared_sample(root / "a", train=200, valid=20, test=10)
+    prepared_sample(root / "b", train=60, valid=20, test=10)  # another dictionary
+    run_tool("fairseq-train", train_args(root / "a" / "bin", root / "ckpt"), cwd=root)
+    checkpoint = root / "ckpt" / "checkpoint_last.pt"
+    truncated = root / "truncated.pt"
+    truncated.write_bytes(checkpoint.read_bytes()[:5000])
+    text = root / "notes.pt"
+    text.write_text("these are not weights\n")
+    return root, checkpoint, truncated, text
+
+
+def assert_one_line_error(proc, *fragments):
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("fairseq_hybrid: error: "), proc.stderr[-3000:]
+    for fragment in fragments:
+        assert fragment in last, last
+    assert "Traceback" not in proc.stderr
+
+
+def generate(root, data, path):
+    return run_tool("fairseq-generate", [
+        str(data), "--user-dir", USER_DIR, "--path", str(path), "--beam", "2",
+        "--gen-subset", "test", "--required-batch-size-multiple", "1",
+    ], cwd=root, check=False)
+
+
+@pytest.mark.parametrize("which", ["truncated", "text"])
+def test_generate_with_a_file_that_is_not_a_checkpoint(setup, which):
+    root, _, truncated, text = setup
+    path = truncated if which == "truncated" else text
+    proc = generate(root, root / "a" / "bin", path)
+    assert_one_line_error(proc, repr(str(path)), "is not a readable fairseq checkpoint")
+
+
+def test_restore_file_that_is_truncated_writes_nothing(setup, tmp_path):
+    root, _, truncated, _ = setup
+    save = tmp_path / "save"
+    proc = run_tool("fairseq-train", train_args(root / "a" / "bin", save, "--restore-file", str(truncated)),
+                    cwd=root, check=False)
+    assert_one_line_error(proc, "is not a readable fairseq checkpoint")
+    assert not save.exists() or not any(save.iterdir())
+
+
+def test_checkpoint_with_another_dictionary(setup):
+    root, checkpoint, _, _ = setup
+    proc = generate(root, root / "b" / "bin", checkpoint)
+    assert_one_line_error(proc, "embed_tokens.weight", "was it binarized with another dictionary?")
+
+
+def test_checkpoint_of_another_shape_as_restore_file(setup, tmp_path):
+    root, checkpoint, _, _ = setup
+    save = tmp_path / "save"
+    save.mkdir()
+    shutil.copy(checkpoint, save / "checkpoint_last.pt")
+    before = (save / "checkpoint_last.pt").read_bytes()
+    proc = run_tool("fairseq-train", train_args(root / "a" / "bin", save, "--encoder-layers", "3",
+                                                "--decoder-layers", "3"), cwd=root, check=False)
+    assert_one_line_error(proc, "does not fit hybrid_lstm", "missing")
+    assert sorted(p.name for p in save.iterdir()) == ["checkpoint_last.pt"]
+    assert (save / "checkpoint_last.pt").read_bytes() == before
+
+
+@pytest.mark.parametrize("case,fragment", [
+    ("missing", "does not exist"),
+    ("no-pair", "--source-lang 'fr': data directory"),
+])
+def test_bad_data_directory(setup, tmp_path, case, fragment):
+    root = setup[0]
+    data = root / "nowhere" if case == "missing" else root / "a" / "bin"
+    extra = ["--source-lang", "fr", "--target-lang", "de"] if case == "no-pair" else []
+    save = tmp_path / "save"
+    proc = run_tool("fairseq-train", train_args(data, save, *extra), cwd=root, check=False)
+    assert_one_line_error(proc, fragment)
+    assert not save.exists()
