@@ -20,7 +20,7 @@ from fairseq.models import (
 )
 from fairseq.utils import safe_getattr
 
-from .checks import check_data_dir, check_state_dict
+from .checks import check_data_dir, check_state_dict, skip_overlong_interactive_input
 from .config import HybridLSTMConfig, dropout_or_default, validate_model_config
 from .decoder import HybridLSTMDecoder
 from .encoder import HybridLSTMEncoder
@@ -111,6 +111,7 @@ class HybridLSTMModel(FairseqEncoderDecoderModel):
         several with ``--model-overrides "{'hybrid_devices': 'cuda:0,cuda:1'}"``; the
         devices a checkpoint was trained on are ignored."""
         super().prepare_for_inference_(cfg)
+        skip_overlong_interactive_input(cfg)
         overrides = getattr(getattr(cfg, "common_eval", None), "model_overrides", None) or "{}"
         requested = ast.literal_eval(overrides) if isinstance(overrides, str) else dict(overrides)
         if requested.get("hybrid_devices"):

@@ -94,3 +94,18 @@ def test_bad_data_directory(setup, tmp_path, case, fragment):
     proc = run_tool("fairseq-train", train_args(data, save, *extra), cwd=root, check=False)
     assert_one_line_error(proc, fragment)
     assert not save.exists()
+
+
+def test_interactive_survives_odd_input(setup):
+    """Empty and blank lines, emoji and control characters are translated; a line longer
+    than --max-source-positions is skipped with fairseq's warning; the session goes on."""
+    root, checkpoint, _, _ = setup
+    lines = ["Hello there.", "", "   ", " ".join(["word"] * 1100), "I love 🍕 and 😀!",
+             "Tab\there \x01\x07 bell", "Last line."]
+    proc = run_tool("fairseq-interactive", [
+        str(root / "a" / "bin"), "--user-dir", USER_DIR, "--path", str(checkpoint), "--beam", "2",
+        "--source-lang", "en", "--target-lang", "de", "--max-len-b", "10",
+    ], cwd=root, stdin="\n".join(lines) + "\n")
+    translated = sorted(int(l.split("\t")[0][2:]) for l in proc.stdout.splitlines() if l.startswith("H-"))
+    assert translated == [0, 1, 2, 4, 5, 6]
+    assert "1 samples have invalid sizes and will be skipped" in proc.stderr
