@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import shlex
 import statistics
 import subprocess

@@ -18,7 +18,7 @@ import glob
 import logging
 import os
 import sys
-from typing import Any, Dict, Mapping
+from typing import Any, Mapping
 
 from torch import Tensor
 

@@ -119,6 +119,13 @@ class HybridLSTMModel(FairseqEncoderDecoderModel):
             self.place(plan)
             logger.info("generation placement:\n" + plan.table())
 
+    def __getstate__(self) -> dict:
+        """Copies (``copy.deepcopy`` for fairseq's --ema, pickling) leave the training
+        engine and its worker threads behind; a copy builds its own when it trains."""
+        state = dict(super().__getstate__())
+        state["_hybrid_engine"] = None
+        return state
+
     def _apply(self, fn, *args, **kwargs) -> nn.Module:
         """Keep the placement through ``model.to(device)``/``.half()`` (fairseq's Trainer)."""
         result = super()._apply(fn, *args, **kwargs)
