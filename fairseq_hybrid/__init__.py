@@ -3,13 +3,16 @@ trained with hybrid data-model parallelism (Ono, Utiyama, Sumita 2019, arXiv 190
 
 Importing the package registers the ``hybrid_lstm`` model (and its presets) and the
 ``hybrid_cross_entropy`` criterion with fairseq, lets fairseq's CLIs load checkpoints
-under torch >= 2.6 (``compat``) and reports unreadable checkpoints in one line (``checks``).
+under torch >= 2.6 (``compat``) reports unreadable checkpoints in one line (``checks``) and makes fairseq's
+checkpoint_last/best copies atomic (``atomic_copy``).
 """
+from .atomic_copy import atomic_checkpoint_copies
 from .checks import readable_checkpoints
 from .compat import allow_fairseq_checkpoints
 
 allow_fairseq_checkpoints()
 readable_checkpoints()
+atomic_checkpoint_copies()
 
 from . import criterion, model  # noqa: E402,F401  (registration side effects)
 
