@@ -46,7 +46,6 @@ class HybridLSTMDecoder(FairseqIncrementalDecoder):
         self.hidden_size = hidden_size
         self.num_layers = num_layers
         self.input_feeding = input_feeding
-        self.features_are_combined = input_feeding
         self.max_target_positions = max_target_positions
         self.need_attn = True
         name = self.__class__.__name__
@@ -227,6 +226,11 @@ class HybridLSTMDecoder(FairseqIncrementalDecoder):
         if self.training or not self.need_attn or attn is None or encoder_out is None:
             return logits, None
         return logits, attention_in_source_order(attn, encoder_out)
+
+    @property
+    def features_are_combined(self) -> bool:
+        """With input feeding the features are already H_c; otherwise they are H."""
+        return self.input_feeding
 
     @property
     def head_device(self) -> torch.device:

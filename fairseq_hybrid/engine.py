@@ -120,13 +120,12 @@ class HybridEngine:
         mask = None
         if not loss_fn.features_are_combined:  # drawn here, once, in the plain order
             mask = head.combine_mask((sum(tokens_per_sentence), head.combined_dim), features)
-        shards, inputs = [], []
+        shards, inputs, last = [], [], 0
         for index, (start, end) in enumerate(bounds):
             if end == start:
                 continue
             device = self.plan.devices[index]
-            first = sum(tokens_per_sentence[:start])
-            last = first + sum(tokens_per_sentence[start:end])
+            first, last = last, last + sum(tokens_per_sentence[start:end])
             shards.append(index)
             inputs.append((
                 *(t[start:end].to(device) for t in (
