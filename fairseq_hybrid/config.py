@@ -87,6 +87,14 @@ class HybridLSTMConfig(FairseqDataclass):
             "as even as possible)"
         },
     )
+    hybrid_head_on_master: bool = field(
+        default=False,
+        metadata={
+            "help": "training only: run attention, combine, output layer and loss for all "
+            "sentences on device 0 instead of splitting them over the devices (model "
+            "parallelism only; the benchmark's configuration (d))"
+        },
+    )
     max_source_positions: int = II("task.max_source_positions")
     max_target_positions: int = II("task.max_target_positions")
 

@@ -110,7 +110,7 @@ class HybridEngine:
         self, features: Tensor, encoder_out: EncoderOut, target: Tensor, loss_fn: TokenLoss
     ) -> HeadLoss:
         head = self.model.decoder.head
-        if self.plan.is_single_device:
+        if self.plan.head_devices == 1:
             device = self.plan.master
             encoder_out = {k: v.to(device) for k, v in encoder_out.items()
                            if k in ("encoder_out", "encoder_padding_mask")}

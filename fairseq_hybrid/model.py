@@ -80,6 +80,7 @@ class HybridLSTMModel(FairseqEncoderDecoderModel):
             options.get("pipeline_chunks"),
             self.encoder.num_layers,
             self.decoder.num_layers,
+            not options.get("hybrid_head_on_master", False),
         )
 
     def place(self, plan: PlacementPlan) -> None:
@@ -173,7 +174,7 @@ class HybridLSTMModel(FairseqEncoderDecoderModel):
         )
         placement_options = {
             name: getattr(cfg, name, None)
-            for name in ("hybrid_devices", "hybrid_balance", "pipeline_chunks")
+            for name in ("hybrid_devices", "hybrid_balance", "pipeline_chunks", "hybrid_head_on_master")
         }
         return cls(encoder, decoder, placement_options)
 

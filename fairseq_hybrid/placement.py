@@ -100,6 +100,12 @@ class PlacementPlan:
     devices: Tuple[torch.device, ...]
     layer_device: Tuple[int, ...]  # device index (into ``devices``) of layer l, enc and dec
     chunks: int
+    split_head: bool = True  # False: the head runs on device 0 for every sentence
+
+    @property
+    def head_devices(self) -> int:
+        """How many devices the head's sentences are split over."""
+        return self.num_devices if self.split_head else 1
 
     @property
     def master(self) -> torch.device:
@@ -125,11 +131,12 @@ class PlacementPlan:
         for index, device in enumerate(self.devices):
             layers = [l for l, d in enumerate(self.layer_device) if d == index]
             names = ",".join(str(l) for l in layers) or "-"
-            other = ["head replica"]
+            other = ["head replica"] if self.split_head else []
             if index == 0:
-                other = ["embeddings", "bridges", "master head"]
+                head = "master head" if self.split_head else "head (all sentences)"
+                other = ["embeddings", "bridges", head]
             lines.append(
-                f"  {index:>2}  {str(device):<8} {names:<15} {names:<15} {', '.join(other)}"
+                f"  {index:>2}  {str(device):<8} {names:<15} {names:<15} {', '.join(other) or '-'}"
             )
         return "\n".join(lines)
 
@@ -147,6 +154,7 @@ def build_plan(
     chunks: Optional[int],
     encoder_layers: int,
     decoder_layers: int,
+    split_head: bool = True,
 ) -> PlacementPlan:
     devices = parse_devices(devices_spec)
     num_layers = min(encoder_layers, decoder_layers)
@@ -164,7 +172,7 @@ def build_plan(
         )
     counts = parse_balance(balance_spec, len(devices), num_layers)
     layer_device = tuple(index for index, count in enumerate(counts) for _ in range(count))
-    return PlacementPlan(tuple(devices), layer_device, chunks)
+    return PlacementPlan(tuple(devices), layer_device, chunks, split_head)
 
 
 def check_plan_options(cfg, argv: Optional[Sequence[str]] = None) -> PlacementPlan:

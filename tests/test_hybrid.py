@@ -12,9 +12,10 @@ from helpers import loss_and_grads, make_batch, make_dictionary, make_model, mak
 pytestmark = pytest.mark.usefixtures("full_precision_reference")
 
 
-def use_devices(model, devices: str, chunks: int, balance=None):
+def use_devices(model, devices: str, chunks: int, balance=None, head_on_master=False):
     model.placement_options = {
         "hybrid_devices": devices, "pipeline_chunks": chunks, "hybrid_balance": balance,
+        "hybrid_head_on_master": head_on_master,
     }
     model._hybrid_engine = None
     return model
@@ -60,6 +61,17 @@ def test_float32_equals_single_device(devices, chunks, balance):
     hybrid = HybridCrossEntropyCriterion(task, False, 0.0)
     use_devices(model, devices, chunks, balance)
     assert_same(loss_and_grads(hybrid, model, batch), reference, rtol=1e-5, atol=1e-6)
+
+
+def test_model_parallel_only_keeps_the_head_on_device_0_with_the_same_numbers(monkeypatch):
+    _, task, model, batch = setup(torch.float64, seed=5)
+    reference = loss_and_grads(LabelSmoothedCrossEntropyCriterion(task, False, 0.1), model, batch)
+    use_devices(model, "cpu,cpu,cpu", 3, head_on_master=True)
+    engine = model.hybrid_engine()
+    assert engine.plan.head_devices == 1 and "head (all sentences)" in engine.plan.table()
+    monkeypatch.setattr(engine, "_run_shards", lambda *a: pytest.fail("the head was split"))
+    hybrid = HybridCrossEntropyCriterion(task, False, 0.1, softmax_chunk_tokens=4)
+    assert_same(loss_and_grads(hybrid, model, batch), reference, rtol=1e-10, atol=1e-13)
 
 
 def test_more_devices_than_sentences_leaves_empty_shards():
