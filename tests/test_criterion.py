@@ -73,3 +73,23 @@ def test_negative_chunk_is_a_clear_error(chunk):
     task = make_task(make_dictionary())
     with pytest.raises(HybridConfigError, match=rf"--softmax-chunk-tokens {chunk} is not allowed"):
         HybridCrossEntropyCriterion(task, False, 0.0, softmax_chunk_tokens=chunk)
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1])
+def test_fused_smoothed_cross_entropy_gradient_matches_finite_differences(epsilon):
+    from fairseq_hybrid.loss import SmoothedCrossEntropy
+
+    generator = torch.Generator().manual_seed(3)
+    logits = torch.randn(6, 9, dtype=torch.float64, generator=generator, requires_grad=True)
+    target = torch.randint(0, 9, (6,), generator=generator)
+    assert torch.autograd.gradcheck(
+        lambda z: SmoothedCrossEntropy.apply(z, target, epsilon)[0], (logits,)
+    )
+    loss, nll = SmoothedCrossEntropy.apply(logits, target, epsilon)
+    lprobs = torch.log_softmax(logits, dim=-1)
+    expected_nll = -lprobs.gather(1, target[:, None]).sum()
+    eps_i = epsilon / 8
+    expected = (1 - epsilon - eps_i) * expected_nll + eps_i * -lprobs.sum()
+    torch.testing.assert_close(loss, expected, rtol=1e-12, atol=0)
+    torch.testing.assert_close(nll, expected_nll, rtol=1e-12, atol=0)
+    assert not nll.requires_grad
