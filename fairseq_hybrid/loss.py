@@ -32,7 +32,11 @@ class SmoothedCrossEntropy(torch.autograd.Function):
     a = 1 - eps - eps_i, b = eps_i = eps / (V - 1) (fairseq's label_smoothed_nll_loss).
     Its gradient is (a + b V) softmax(z) - b - a onehot(target): one exp pass over the
     logits in backward instead of autograd's logsumexp/sum/gather backward chain (each a
-    full N x V tensor), which took a quarter of a CPU training step.
+    full N x V tensor), which took a quarter of a CPU training step. When the logits are
+    an intermediate result (not a leaf), backward turns their buffer into the gradient
+    in place: the head's peak memory is then one N x V tensor, not two. Callers must not
+    read the logits after backward (the head does not: the output layer's backward needs
+    its input and weight only).
     """
 
     @staticmethod
@@ -50,6 +54,7 @@ class SmoothedCrossEntropy(torch.autograd.Function):
             loss = nll_sum.clone()
         ctx.save_for_backward(logits, target, log_normaliser)
         ctx.coefficients = (a, b)
+        ctx.reuse_logits = logits.grad_fn is not None
         ctx.mark_non_differentiable(nll_sum)
         return loss, nll_sum
 
@@ -58,7 +63,9 @@ class SmoothedCrossEntropy(torch.autograd.Function):
         logits, target, log_normaliser = ctx.saved_tensors
         a, b = ctx.coefficients
         vocab = logits.size(-1)
-        grad = torch.sub(logits, log_normaliser.unsqueeze(1)).exp_()
+        shift = log_normaliser.unsqueeze(1)
+        grad = logits.sub_(shift) if ctx.reuse_logits else torch.sub(logits, shift)
+        grad.exp_()
         grad.mul_(grad_loss * (a + b * vocab))
         if b != 0.0:
             grad.sub_(grad_loss * b)

@@ -1,0 +1,101 @@
+"""Peak memory of the head (attention, combine, output layer, loss; forward + backward)
+with and without token chunking.
+
+    python -m benchmarks.head_memory --vocab 32000 --tokens 8000 --dim 256 --chunk-tokens 1024
+
+Each measurement runs in a fresh process (``measure`` starts it), so allocator caches and
+earlier peaks cannot hide anything. CUDA: ``max_memory_allocated`` above what was
+allocated before the step. CPU: the resident-set high-water mark (``ru_maxrss``) above
+the resident set before the step (large tensors are mmap-ed and returned to the system
+when freed, so the high-water mark is the step's peak).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+from typing import Dict
+
+import torch
+
+from .fairseq_runs import ROOT, BenchmarkError
+
+
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_resident_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def head_step_peak(vocab: int, tokens: int, dim: int, chunk_tokens: int, device: str,
+                   source_length: int = 25) -> Dict[str, float]:
+    """Forward + backward of the head over ``tokens`` target tokens; peak bytes above the
+    memory in use before the step."""
+    from fairseq_hybrid.head import AttentionHead
+    from fairseq_hybrid.loss import TokenLoss
+
+    torch.manual_seed(1)
+    target_length = 25
+    sentences = max(1, tokens // target_length)
+    dev = torch.device(device)
+    head = AttentionHead(dim, dim, dim, vocab, dropout=0.0).to(dev)
+    features = torch.randn(sentences, target_length, dim, device=dev, requires_grad=True)
+    sources = torch.randn(sentences, source_length, dim, device=dev, requires_grad=True)
+    padding = torch.zeros(sentences, source_length, dtype=torch.bool, device=dev)
+    target = torch.randint(4, vocab, (sentences, target_length), device=dev)
+    loss_fn = TokenLoss(padding_idx=1, epsilon=0.1, chunk_tokens=chunk_tokens)
+    encoder_out = {"encoder_out": sources, "encoder_padding_mask": padding}
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        before = torch.cuda.memory_allocated(dev)
+    else:
+        before, high_water_before = resident_bytes(), peak_resident_bytes()
+    loss_fn(head, features, encoder_out, target).loss.backward()
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+        peak = torch.cuda.max_memory_allocated(dev) - before
+    else:
+        after = peak_resident_bytes()
+        if after <= high_water_before:
+            raise BenchmarkError("the step did not raise the resident high-water mark: an "
+                                 "earlier peak hides it (measure in a fresh process)")
+        peak = after - before
+    return {"vocab": vocab, "tokens": sentences * target_length, "dim": dim,
+            "chunk_tokens": chunk_tokens, "device": device, "peak_bytes": peak}
+
+
+def measure(vocab: int, tokens: int, dim: int, chunk_tokens: int, device: str) -> Dict[str, float]:
+    """``head_step_peak`` in a fresh process."""
+    command = [sys.executable, "-m", "benchmarks.head_memory", "--vocab", str(vocab),
+               "--tokens", str(tokens), "--dim", str(dim), "--chunk-tokens", str(chunk_tokens),
+               "--device", device]
+    proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT,
+                          env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    if proc.returncode != 0:
+        raise BenchmarkError(f"{' '.join(command)} failed:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vocab", type=int, default=32000)
+    parser.add_argument("--tokens", type=int, default=8000)
+    parser.add_argument("--dim", type=int, default=256)
+    parser.add_argument("--chunk-tokens", type=int, default=0, help="0 = no chunking")
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    for name in ("vocab", "tokens", "dim"):
+        if getattr(args, name) < 1:
+            sys.exit(f"head_memory: error: --{name} {getattr(args, name)} must be >= 1")
+    print(json.dumps(head_step_peak(args.vocab, args.tokens, args.dim, args.chunk_tokens, args.device)))
+
+
+if __name__ == "__main__":
+    main()
