@@ -1,0 +1,155 @@
+"""The benchmark's parts: the analytic FLOP count against torch's FlopCounterMode on the
+real models, fairseq log parsing, the chart, the head-memory measurement, and the
+scaling CLI end to end on a tiny corpus (JSON and PNG written and readable)."""
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from benchmarks.fairseq_runs import interval_speed
+from benchmarks.flops import ModelShape, decoder_flops_per_token, encoder_flops_per_token, \
+    training_flops_per_target_token
+from fairseq_hybrid.criterion import HybridCrossEntropyCriterion
+from helpers import make_batch, make_dictionary, make_model, make_task
+
+ROOT = Path(__file__).resolve().parent.parent
+SIZES = dict(encoder_embed_dim=12, encoder_hidden_size=16, decoder_embed_dim=12,
+             decoder_hidden_size=16, decoder_out_embed_dim=10)
+
+
+def shape_of(dictionary, layers, input_feeding=False, out_embed=10, decoder_embed=12):
+    return ModelShape(layers, 12, 16, decoder_embed, 16, out_embed, len(dictionary), input_feeding)
+
+
+@pytest.mark.parametrize("layers,input_feeding", [(1, False), (3, False), (2, True)])
+def test_hybrid_flop_count_matches_torch_flop_counter(layers, input_feeding):
+    dictionary = make_dictionary()
+    model = make_model(dictionary, encoder_layers=layers, decoder_layers=layers,
+                       input_feeding=input_feeding, **SIZES).train()
+    sentences, source_length, target_length = 5, 7, 6
+    batch = make_batch(dictionary, [(source_length, target_length)] * sentences)
+    criterion = HybridCrossEntropyCriterion(make_task(dictionary), False, 0.1)
+    shape = shape_of(dictionary, layers, input_feeding)
+    forward = sentences * (source_length * encoder_flops_per_token(shape)
+                           + target_length * decoder_flops_per_token(shape, source_length))
+    with FlopCounterMode(display=False) as counter:
+        loss, _, _ = criterion(model, batch)
+    assert counter.get_total_flops() == forward
+    with FlopCounterMode(display=False) as counter:
+        loss.backward()
+    per_target = training_flops_per_target_token(shape, source_length / target_length, source_length)
+    # backward = 2 x forward, except that the encoder's zero initial states need no
+    # gradient: 2 x 4H x H per layer and sentence fewer (the count's convention ignores it)
+    initial_state_grads = layers * sentences * 2 * 4 * 16 * 16
+    assert counter.get_total_flops() + forward + initial_state_grads == pytest.approx(
+        per_target * sentences * target_length, rel=1e-12)
+
+
+def test_chunked_head_counts_the_output_layer_recompute():
+    shape = ModelShape(2, 8, 8, 8, 8, 8, 100, False)
+    chunked = ModelShape(2, 8, 8, 8, 8, 8, 100, False, head_recompute=True)
+    assert training_flops_per_target_token(chunked, 1.0, 5) - training_flops_per_target_token(shape, 1.0, 5) == 2 * 8 * 100
+
+
+def test_fairseq_lstm_flop_count_matches_torch_flop_counter_up_to_its_elementwise_attention():
+    from fairseq.models.lstm import LSTMModel, base_architecture
+
+    dictionary = make_dictionary()
+    args = argparse.Namespace(
+        encoder_embed_dim=12, encoder_hidden_size=16, encoder_layers=2,
+        decoder_embed_dim=12, decoder_hidden_size=16, decoder_layers=2,
+        decoder_out_embed_dim=16, dropout=0.0, max_source_positions=1024,
+        max_target_positions=1024, criterion="cross_entropy",
+    )
+    base_architecture(args)
+    torch.manual_seed(0)
+    model = LSTMModel.build_model(args, make_task(dictionary)).double()
+    sentences, source_length, target_length = 4, 7, 5
+    batch = make_batch(dictionary, [(source_length, target_length)] * sentences)
+    with FlopCounterMode(display=False) as counter:
+        model(**batch["net_input"])
+    shape = ModelShape(2, 12, 16, 12, 16, 16, len(dictionary), True)
+    counted = sentences * (source_length * encoder_flops_per_token(shape)
+                           + target_length * decoder_flops_per_token(shape, source_length))
+    # fairseq computes attention scores and context as elementwise product + sum, which
+    # FlopCounterMode (matrix products only) does not see: 2 x 2 x H x S per target token
+    elementwise = sentences * target_length * 4 * 16 * source_length
+    assert counter.get_total_flops() == counted - elementwise
+
+
+def test_interval_speed_drops_the_warm_up_interval_and_weights_by_time():
+    def record(updates, wps, wpb, bsz):
+        return ("2026-12-02 | INFO | train_inner | "
+                + json.dumps({"num_updates": str(updates), "wps": str(wps), "wpb": str(wpb), "bsz": str(bsz)}))
+
+    log = "\n".join([
+        "some startup line",
+        record(4, 100.0, 1000.0, 50.0),  # warm-up: dropped
+        record(8, 4000.0, 1000.0, 50.0),  # 4000 tokens in 1 s
+        record(12, 2000.0, 1000.0, 50.0),  # 4000 tokens in 2 s
+    ])
+    wps, sentences_per_s, updates, per_update = interval_speed(log, 4)
+    assert wps == pytest.approx(8000 / 3)
+    assert sentences_per_s == pytest.approx(400 / 3)
+    assert (updates, per_update) == (8, 1000.0)
+
+
+def test_interval_speed_needs_a_timed_interval():
+    with pytest.raises(SystemExit, match="fewer than two train_inner records"):
+        interval_speed('x | train_inner | {"num_updates": "4", "wps": "1", "wpb": "1", "bsz": "1"}', 4)
+
+
+def test_head_memory_chunking_lowers_the_peak():
+    from benchmarks.head_memory import measure
+
+    unchunked = measure(8000, 2000, 64, 0, "cpu")["peak_bytes"]
+    chunked = measure(8000, 2000, 64, 200, "cpu")["peak_bytes"]
+    logits = 2000 * 8000 * 4
+    assert unchunked >= logits  # at least the full logits existed at once
+    assert chunked < 0.5 * unchunked
+
+
+def run_scaling(*args: str, cwd: Path = ROOT):
+    return subprocess.run([sys.executable, "-m", "benchmarks.scaling", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--devices", "cuda:0"], "names CUDA devices but this machine has none"),
+    (["--devices", "cpu,gpu"], "'gpu' is not cpu or cuda:N"),
+    (["--skip", "train,colour"], "unknown part(s) ['colour']"),
+    (["--only", "a,z"], "unknown configuration(s) ['z']"),
+])
+def test_scaling_rejects_bad_input_in_one_line(tmp_path, args, message):
+    proc = run_scaling(*args, "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out"))
+    assert proc.returncode != 0
+    assert message in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_scaling_end_to_end_writes_json_and_png(tmp_path):
+    from cli import prepared_sample
+
+    data = prepared_sample(tmp_path / "sample", train=300, valid=40, test=40) / "bin"
+    proc = run_scaling("--quick", "--repeats", "1", "--only", "a,b", "--skip", "memory,model",
+                       "--data", str(data), "--work", str(tmp_path / "work"),
+                       "--out", str(tmp_path / "out"), "--name", "tiny")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "out/tiny.json").read_text())
+    assert set(report["training"]) == {"a", "b"}
+    for row in report["training"].values():
+        assert row["target_tokens_per_s"] > 0 and len(row["runs"]) == 1
+        assert 0 < row["mfu"] and row["peak_rss_bytes_per_process"][0] > 100 * 2**20
+    assert report["ratios"]["b/a"]["value"] == pytest.approx(
+        report["training"]["b"]["target_tokens_per_s"] / report["training"]["a"]["target_tokens_per_s"])
+    assert report["generation"]["median_tokens_per_s"]["b"] > 0
+    from PIL import Image
+
+    with Image.open(tmp_path / "out/tiny.png") as image:
+        assert image.format == "PNG" and image.size[0] > 500
+    assert "| (b) hybrid_lstm, 1 device |" in proc.stdout
