@@ -206,3 +206,15 @@ def test_missing_tool_gives_one_line(tmp_path):
                       path=f"{tools}{os.pathsep}/usr/bin{os.pathsep}/bin")
     assert last_line(proc).startswith("error: 'fairseq-preprocess' not found on PATH")
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_not_enough_disk_space_fails_before_downloading(mirror, tmp_path):
+    table = tmp_path / "checksums.tsv"
+    rows = (mirror / "checksums.tsv").read_text().splitlines()
+    table.write_text("\n".join(
+        "\t".join(f.split("\t")[:2] + ["1" + "0" * 18] + f.split("\t")[3:]) if not f.startswith("#") else f
+        for f in rows) + "\n")
+    data = tmp_path / "d"
+    proc = run_recipe("wmt14_en_de", "prepare", dict(mirror_env(mirror, data), CHECKSUMS=str(table)))
+    assert last_line(proc).startswith(f"error: not enough disk space in {data / 'downloads'}: about ")
+    assert not list((data / "downloads").iterdir())

@@ -45,6 +45,8 @@ wmt_settings() {
   LENPEN=${LENPEN:-1.0}
   GEN_BATCH=${GEN_BATCH:-64}
   DRY_RUN=${DRY_RUN:-0}
+  DATA_DIR=$(realpath -m "$DATA_DIR")
+  RESULTS=$(realpath -m "$RESULTS")
   DOWNLOADS=$DATA_DIR/downloads
   SAVE_DIR=$DATA_DIR/checkpoints/$ARCH
   GEN_DIR=$DATA_DIR/generate/$ARCH-$CHECKPOINT
