@@ -115,6 +115,7 @@ def main() -> None:
     dest = args.dest.resolve()
     table = build(dest, args.pairs, args.test)
     print(f"fake WMT mirror in {dest}; try (tiny model, CPU, a minute or two):\n"
+          f"  . .venv/bin/activate   # after make install\n"
           f"  MIRROR={dest.as_uri()} CHECKSUMS={table} DATA_DIR=work/fake-wmt14 RESULTS=work/fake-wmt14/results \\\n"
           f"  GPUS=cpu SPM_VOCAB=400 MAX_UPDATE=30 MAX_TOKENS=1000 SAVE_INTERVAL=10 CHECKPOINT=avg AVG_N=2 \\\n"
           f"  EXTRA_TRAIN_ARGS='--encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 --decoder-embed-dim 32 "
