@@ -44,6 +44,8 @@ wmt_settings() {
   BEAM=${BEAM:-5}
   LENPEN=${LENPEN:-1.0}
   GEN_BATCH=${GEN_BATCH:-64}
+  MAX_LEN_A=${MAX_LEN_A:-1.5}
+  MAX_LEN_B=${MAX_LEN_B:-10}
   DRY_RUN=${DRY_RUN:-0}
   DATA_DIR=$(realpath -m "$DATA_DIR")
   RESULTS=$(realpath -m "$RESULTS")
@@ -64,7 +66,7 @@ wmt_validate() {
     [[ $value =~ ^[0-9]+$ ]] && [ "$value" -ge 1 ] || die "$name='$value': must be an integer >= 1"
   done
   [ "$SPM_VOCAB" -ge 100 ] || die "SPM_VOCAB='$SPM_VOCAB': must be an integer >= 100"
-  for name in MAX_RATIO LR DROPOUT CLIP_NORM LABEL_SMOOTHING LENPEN; do
+  for name in MAX_RATIO LR DROPOUT CLIP_NORM LABEL_SMOOTHING LENPEN MAX_LEN_A MAX_LEN_B; do
     value=${!name}
     [[ $value =~ ^[0-9]+([.][0-9]+)?$ ]] || die "$name='$value': must be a number >= 0"
   done
@@ -290,7 +292,8 @@ generate_stage() {
   # shellcheck disable=SC2046
   env $(device_env generate) fairseq-generate "$DATA_DIR/bin" --user-dir "$USER_DIR" \
     --path "$ckpt" --gen-subset test --source-lang en --target-lang de \
-    --beam "$BEAM" --lenpen "$LENPEN" --batch-size "$GEN_BATCH" --required-batch-size-multiple 1 \
+    --beam "$BEAM" --lenpen "$LENPEN" --max-len-a "$MAX_LEN_A" --max-len-b "$MAX_LEN_B" \
+    --batch-size "$GEN_BATCH" --required-batch-size-multiple 1 \
     --remove-bpe sentencepiece $(device_args generate) > "$tmp/test.out" 2> "$tmp/generate.log" \
     || die "generate: fairseq-generate failed: $(grep -E 'error|Error' "$tmp/generate.log" | tail -1) (log: $tmp/generate.log)"
   rm -f "$tmp/checkpoint_avg.pt"
