@@ -104,6 +104,12 @@ def test_wmt14_end_to_end_on_the_fake_mirror_then_a_rerun_skips_every_stage(mirr
     plan = ok(run_recipe("wmt14_en_de", "all", dict(env, DRY_RUN="1"))).stdout
     assert plan.count("[done, would skip]") == 6
 
+    # training longer, as recipes/README.md says: drop the marker, raise MAX_UPDATE; it resumes
+    (data / "checkpoints" / "hybrid_lstm_wmt_en_de" / ".done").unlink()
+    longer = ok(run_recipe("wmt14_en_de", "train", dict(env, MAX_UPDATE="40")))
+    assert "train: resuming from" in longer.stderr
+    assert "num_updates 40" in longer.stderr and "num_updates 10 " not in longer.stderr
+
 
 def test_wmt17_input_feeding_baseline_with_back_translation(mirror, tmp_path):
     data = tmp_path / "wmt17"
@@ -218,3 +224,23 @@ def test_not_enough_disk_space_fails_before_downloading(mirror, tmp_path):
     proc = run_recipe("wmt14_en_de", "prepare", dict(mirror_env(mirror, data), CHECKSUMS=str(table)))
     assert last_line(proc).startswith(f"error: not enough disk space in {data / 'downloads'}: about ")
     assert not list((data / "downloads").iterdir())
+
+
+def test_http_mirror(mirror, tmp_path):
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(mirror))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        data = tmp_path / "d"
+        env = dict(mirror_env(mirror, data), MIRROR=f"http://127.0.0.1:{server.server_port}/")
+        proc = ok(run_recipe("wmt14_en_de", "prepare", env))
+        assert f"from http://127.0.0.1:{server.server_port}/dev.tgz" in proc.stderr
+        assert (data / "raw" / ".done").exists()
+    finally:
+        server.shutdown()
