@@ -280,7 +280,8 @@ generate_stage() {
     best|last) ckpt=$SAVE_DIR/checkpoint_$CHECKPOINT.pt ;;
     avg)
       local saved=()
-      mapfile -t saved < <(ls -1 "$SAVE_DIR"/checkpoint_*_*.pt 2>/dev/null | sort -t_ -k3 -n | tail -n "$AVG_N")
+      mapfile -t saved < <(ls -1 "$SAVE_DIR" | grep -E '^checkpoint_[0-9]+_[0-9]+[.]pt$' | sort -t_ -k3 -n \
+                             | tail -n "$AVG_N" | sed "s|^|$SAVE_DIR/|")
       [ "${#saved[@]}" -gt 0 ] || die "generate: no checkpoint_<epoch>_<updates>.pt in $SAVE_DIR to average (use CHECKPOINT=best or last)"
       log "generate: averaging the last ${#saved[@]} saved checkpoints: ${saved[*]##*/}"
       ckpt=$tmp/checkpoint_avg.pt
