@@ -1,0 +1,361 @@
+# The WMT English->German recipe, shared by recipes/wmt14_en_de/run.sh and
+# recipes/wmt17_en_de/run.sh (source it; bash). The caller sets
+#   RECIPE    name (results/<RECIPE>, work/<RECIPE>)
+#   CORPORA   array of "name url member.en member.de" (training corpora)
+#   DEV, TEST "name url source-member reference-member" (.sgm members become plain text)
+# and calls `wmt_main "$@"`. Stages: prepare clean spm binarize train generate score (all).
+# Every setting is an environment variable; recipes/README.md lists them with defaults.
+
+. "$(dirname "${BASH_SOURCE[0]}")/stage.sh"
+
+WMT_STAGES="prepare clean spm binarize train generate score"
+
+wmt_settings() {
+  ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  LIB=$ROOT/recipes/lib
+  USER_DIR=$ROOT/fairseq_hybrid
+  DATA_DIR=${DATA_DIR:-$ROOT/work/$RECIPE}
+  RESULTS=${RESULTS:-$ROOT/results/$RECIPE}
+  MIRROR=${MIRROR:-}
+  CHECKSUMS=${CHECKSUMS:-$LIB/wmt_checksums.tsv}
+  RETRIES=${RETRIES:-5}
+  BT_EN=${BT_EN:-}
+  BT_DE=${BT_DE:-}
+  MAX_WORDS=${MAX_WORDS:-80}
+  MAX_RATIO=${MAX_RATIO:-1.5}
+  MAX_SUBWORDS=${MAX_SUBWORDS:-250}
+  SPM_VOCAB=${SPM_VOCAB:-32000}
+  SPM_SAMPLE=${SPM_SAMPLE:-2000000}
+  WORKERS=${WORKERS:-$(nproc 2>/dev/null || echo 4)}
+  ARCH=${ARCH:-hybrid_lstm_wmt_en_de}
+  GPUS=${GPUS:-0,1,2,3}
+  MAX_TOKENS=${MAX_TOKENS:-8000}
+  MAX_UPDATE=${MAX_UPDATE:-150000}
+  LR=${LR:-0.001}
+  DROPOUT=${DROPOUT:-0.2}
+  CLIP_NORM=${CLIP_NORM:-5}
+  LABEL_SMOOTHING=${LABEL_SMOOTHING:-0.1}
+  SAVE_INTERVAL=${SAVE_INTERVAL:-5000}
+  LOG_INTERVAL=${LOG_INTERVAL:-100}
+  SEED=${SEED:-1}
+  EXTRA_TRAIN_ARGS=${EXTRA_TRAIN_ARGS:-}
+  CHECKPOINT=${CHECKPOINT:-avg}
+  AVG_N=${AVG_N:-5}
+  BEAM=${BEAM:-5}
+  LENPEN=${LENPEN:-1.0}
+  GEN_BATCH=${GEN_BATCH:-64}
+  MAX_LEN_A=${MAX_LEN_A:-1.5}
+  MAX_LEN_B=${MAX_LEN_B:-10}
+  DRY_RUN=${DRY_RUN:-0}
+  DATA_DIR=$(realpath -m "$DATA_DIR")
+  RESULTS=$(realpath -m "$RESULTS")
+  DOWNLOADS=$DATA_DIR/downloads
+  SAVE_DIR=$DATA_DIR/checkpoints/$ARCH
+  GEN_DIR=$DATA_DIR/generate/$ARCH-$CHECKPOINT
+  RESULT_JSON=$RESULTS/$ARCH-$CHECKPOINT.json
+}
+
+# One line and exit 1 for any bad setting, before any work.
+wmt_validate() {
+  local stage=$1 name value
+  case " $WMT_STAGES all " in *" $stage "*) ;;
+    *) die "unknown stage '$stage': use one of: $WMT_STAGES all" ;; esac
+  for name in RETRIES MAX_WORDS MAX_SUBWORDS SPM_VOCAB SPM_SAMPLE WORKERS MAX_TOKENS MAX_UPDATE \
+              SAVE_INTERVAL LOG_INTERVAL SEED AVG_N BEAM GEN_BATCH; do
+    value=${!name}
+    [[ $value =~ ^[0-9]+$ ]] && [ "$value" -ge 1 ] || die "$name='$value': must be an integer >= 1"
+  done
+  [ "$SPM_VOCAB" -ge 100 ] || die "SPM_VOCAB='$SPM_VOCAB': must be an integer >= 100"
+  for name in MAX_RATIO LR DROPOUT CLIP_NORM LABEL_SMOOTHING LENPEN MAX_LEN_A MAX_LEN_B; do
+    value=${!name}
+    [[ $value =~ ^[0-9]+([.][0-9]+)?$ ]] || die "$name='$value': must be a number >= 0"
+  done
+  case "$ARCH" in hybrid_lstm_wmt_en_de|hybrid_lstm|lstm_luong_wmt_en_de|lstm) ;;
+    *) die "ARCH='$ARCH': use hybrid_lstm_wmt_en_de (default), lstm_luong_wmt_en_de (the input-feeding baseline), hybrid_lstm or lstm" ;; esac
+  case "$CHECKPOINT" in best|last|avg) ;;
+    *) die "CHECKPOINT='$CHECKPOINT': use best, last or avg (average of the last AVG_N saved)" ;; esac
+  case "$MIRROR" in ""|file://*|http://*|https://*) ;;
+    *) die "MIRROR='$MIRROR': use a file://, http:// or https:// URL (files are fetched from MIRROR/<name>)" ;; esac
+  [ -f "$CHECKSUMS" ] || die "CHECKSUMS='$CHECKSUMS': no such file"
+  if [ -n "$BT_EN$BT_DE" ]; then
+    [ -n "$BT_EN" ] && [ -n "$BT_DE" ] || die "BT_EN and BT_DE go together (back-translation source and target files)"
+    [ -f "$BT_EN" ] || die "BT_EN='$BT_EN': no such file"
+    [ -f "$BT_DE" ] || die "BT_DE='$BT_DE': no such file"
+  fi
+  # GPUS: GPU indices (0,1,2,3 -> --hybrid-devices cuda:0,cuda:1,cuda:2,cuda:3) or cpu.
+  if [[ $GPUS =~ ^cpu(,cpu)*$ ]]; then
+    DEVICES=$GPUS
+    DEVICE_KIND=cpu
+  elif [[ $GPUS =~ ^[0-9]+(,[0-9]+)*$ ]]; then
+    local dup; dup=$(tr , '\n' <<< "$GPUS" | sort | uniq -d | head -1)
+    [ -z "$dup" ] || die "GPUS='$GPUS': GPU $dup is listed twice"
+    DEVICES=$(sed -E 's/([0-9]+)/cuda:\1/g' <<< "$GPUS")
+    DEVICE_KIND=cuda
+  else
+    die "GPUS='$GPUS': use GPU indices like 0,1,2,3 (one process drives them all) or cpu"
+  fi
+  FIRST_GPU=${GPUS%%,*}
+  if [ "$DRY_RUN" != 1 ]; then
+    require_tool python
+    case "$stage" in binarize|train|generate|all)
+      for name in fairseq-preprocess fairseq-train fairseq-generate; do require_tool "$name"; done ;;
+    esac
+    if [ "$DEVICE_KIND" = cuda ] && { [ "$stage" = train ] || [ "$stage" = all ] || [ "$stage" = generate ]; }; then
+      local have; have=$(python -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
+      local highest; highest=$(tr , '\n' <<< "$GPUS" | sort -n | tail -1)
+      [ "$highest" -lt "$have" ] || die "GPUS='$GPUS': this machine has $have CUDA device(s) (indices 0..$((have - 1))); set GPUS to those, or GPUS=cpu"
+    fi
+  fi
+}
+
+is_hybrid() { [[ $ARCH == hybrid_* ]]; }
+
+# The URL a real URL is fetched from: MIRROR/<base name> when MIRROR is set.
+source_url() { if [ -n "$MIRROR" ]; then printf '%s/%s\n' "${MIRROR%/}" "${1##*/}"; else printf '%s\n' "$1"; fi; }
+
+all_urls() {
+  local entry
+  for entry in "${CORPORA[@]}" "$DEV" "$TEST"; do set -- $entry; printf '%s\n' "$2"; done | awk '!seen[$0]++'
+}
+
+# Fail early (one line) when the free space in DIR is under BYTES.
+need_space() {
+  local dir=$1 bytes=$2 what=$3 free
+  mkdir -p "$dir"
+  free=$(python -c "import shutil,sys; print(shutil.disk_usage(sys.argv[1]).free)" "$dir")
+  [ "$free" -ge "$bytes" ] || die "$what: not enough disk space in $dir: about $((bytes / 1000000)) MB needed, $((free / 1000000)) MB free (set DATA_DIR)"
+}
+
+dir_bytes() { du -sb "$@" | awk '{s += $1} END {print s + 0}'; }
+
+prepare_stage() {
+  local out=$DATA_DIR/raw entry urls=() fetch=() url i=0 name sha
+  stage_needed prepare "$out" || return 0
+  mapfile -t urls < <(all_urls)
+  for url in "${urls[@]}"; do fetch+=("$(source_url "$url")"); done
+  python "$LIB/wmt_data.py" probe --checksums "$CHECKSUMS" --downloads "$DOWNLOADS" "${fetch[@]}"
+  for url in "${fetch[@]}"; do
+    i=$((i + 1)); name=${url##*/}
+    sha=$(python "$LIB/wmt_data.py" sha256 --checksums "$CHECKSUMS" "$name")
+    log "prepare: download $i/${#fetch[@]}: $name from $url"
+    python "$LIB/download.py" --url "$url" --dest "$DOWNLOADS/$name" --sha256 "$sha" --retries "$RETRIES"
+  done
+  local tmp; tmp=$(stage_begin "$out")
+  local parts=()
+  for entry in "${CORPORA[@]}"; do
+    set -- $entry
+    log "prepare: extracting $1 from ${2##*/}"
+    python "$LIB/wmt_data.py" extract "$DOWNLOADS/${2##*/}" "$3=$tmp/parts/$1.en" "$4=$tmp/parts/$1.de"
+    log "prepare: $1: $(wc -l < "$tmp/parts/$1.en") pairs"
+    parts+=("$tmp/parts/$1")
+  done
+  if [ -n "$BT_EN" ]; then
+    log "prepare: adding back-translated data $BT_EN / $BT_DE"
+    python "$LIB/wmt_data.py" extract "$BT_EN" "x=$tmp/parts/backtranslation.en"
+    python "$LIB/wmt_data.py" extract "$BT_DE" "x=$tmp/parts/backtranslation.de"
+    log "prepare: backtranslation: $(wc -l < "$tmp/parts/backtranslation.en") pairs"
+    parts+=("$tmp/parts/backtranslation")
+  fi
+  python "$LIB/wmt_data.py" paste --out "$tmp/train" "${parts[@]}"
+  local split
+  for split in valid test; do
+    if [ "$split" = valid ]; then set -- $DEV; else set -- $TEST; fi
+    python "$LIB/wmt_data.py" extract "$DOWNLOADS/${2##*/}" "$3=$tmp/$split.en" "$4=$tmp/$split.de"
+    python "$LIB/wmt_data.py" paste --out "$tmp/$split.check" "$tmp/$split" >/dev/null
+    rm -f "$tmp/$split.check".*
+    log "prepare: $split = $1: $(wc -l < "$tmp/$split.en") sentences"
+    echo "$1" > "$tmp/$split.name"
+  done
+  rm -rf "$tmp/parts"
+  log "prepare: train: $(wc -l < "$tmp/train.en") pairs in all"
+  stage_commit prepare "$out"
+}
+
+clean_stage() {
+  local out=$DATA_DIR/clean raw=$DATA_DIR/raw
+  stage_needed clean "$out" || return 0
+  [ -f "$raw/.done" ] || die "clean: $raw is not complete: run the prepare stage first"
+  need_space "$DATA_DIR" $((2 * $(dir_bytes "$raw"))) clean
+  local tmp; tmp=$(stage_begin "$out")
+  log "clean: normalising punctuation; dropping empty pairs, > $MAX_WORDS words, length ratio > $MAX_RATIO, duplicates"
+  python "$LIB/clean.py" text --filter --src "$raw/train.en" --tgt "$raw/train.de" --out-prefix "$tmp/train" \
+    --max-words "$MAX_WORDS" --max-ratio "$MAX_RATIO" --stats "$tmp/train.stats.json" --what "clean train"
+  for split in valid test; do   # dev and test keep every line
+    python "$LIB/clean.py" text --src "$raw/$split.en" --tgt "$raw/$split.de" --out-prefix "$tmp/$split" --what "normalise $split"
+  done
+  cp "$raw/test.de" "$tmp/test.ref.de"   # untouched references for sacreBLEU
+  cp "$raw/test.name" "$tmp/test.name"
+  stage_commit clean "$out"
+}
+
+spm_stage() {
+  local out=$DATA_DIR/spm in=$DATA_DIR/clean
+  stage_needed spm "$out" || return 0
+  [ -f "$in/.done" ] || die "spm: $in is not complete: run the clean stage first"
+  need_space "$DATA_DIR" $((2 * $(dir_bytes "$in"))) spm
+  local tmp; tmp=$(stage_begin "$out")
+  log "spm: training a joint ${SPM_VOCAB}-piece model on up to $SPM_SAMPLE sampled sentences of train.en + train.de"
+  python "$LIB/spm.py" train --vocab "$SPM_VOCAB" --model-prefix "$tmp/spm" --sample-size "$SPM_SAMPLE" \
+    --threads "$WORKERS" "$in/train.en" "$in/train.de"
+  local pids=() split lang pid
+  for split in train valid test; do
+    for lang in en de; do
+      local dest=$tmp/$split.$lang
+      [ "$split" = train ] && dest=$tmp/train_all.$lang
+      python "$LIB/spm.py" encode --model "$tmp/spm.model" "$in/$split.$lang" "$dest" & pids+=($!)
+    done
+  done
+  log "spm: encoding train, valid and test ($(wc -l < "$in/train.en") training pairs)"
+  for pid in "${pids[@]}"; do wait "$pid" || die "spm: encoding failed (see above)"; done
+  python "$LIB/clean.py" subwords --src "$tmp/train_all.en" --tgt "$tmp/train_all.de" --out-prefix "$tmp/train" \
+    --max-subwords "$MAX_SUBWORDS" --stats "$tmp/train.stats.json" --what "spm train"
+  rm -f "$tmp/train_all.en" "$tmp/train_all.de"
+  stage_commit spm "$out"
+}
+
+binarize_stage() {
+  local out=$DATA_DIR/bin in=$DATA_DIR/spm
+  stage_needed binarize "$out" || return 0
+  [ -f "$in/.done" ] || die "binarize: $in is not complete: run the spm stage first"
+  need_space "$DATA_DIR" $((2 * $(dir_bytes "$in"))) binarize
+  local tmp; tmp=$(stage_begin "$out")
+  log "binarize: fairseq-preprocess --joined-dictionary --workers $WORKERS"
+  fairseq-preprocess --source-lang en --target-lang de \
+    --trainpref "$in/train" --validpref "$in/valid" --testpref "$in/test" \
+    --destdir "$tmp" --joined-dictionary --workers "$WORKERS" > "$tmp/preprocess.log" 2>&1 \
+    || die "binarize: fairseq-preprocess failed: $(tail -1 "$tmp/preprocess.log")"
+  grep -E "\[(en|de)\] .*sents|Wrote" "$tmp/preprocess.log" | sed -E 's/^.*fairseq_cli.preprocess( \| |:)/  /' >&2 || true
+  stage_commit binarize "$out"
+}
+
+# fairseq options that put the model on GPUS (hybrid: all of them; baseline: the first).
+device_args() {
+  if [ "$DEVICE_KIND" = cpu ]; then
+    if is_hybrid && [ "$1" = train ]; then printf -- '--hybrid-devices %s ' "$DEVICES"; fi
+    printf -- '--cpu'
+  elif is_hybrid && [ "$1" = train ]; then
+    printf -- '--hybrid-devices %s' "$DEVICES"
+  fi
+}
+
+device_env() {   # the baseline, and generation, run on one GPU: the first of GPUS
+  if [ "$DEVICE_KIND" = cuda ] && { ! is_hybrid || [ "$1" != train ]; }; then
+    printf 'CUDA_VISIBLE_DEVICES=%s' "$FIRST_GPU"
+  fi
+}
+
+train_stage() {
+  local out=$SAVE_DIR bin=$DATA_DIR/bin criterion
+  stage_needed "train ($ARCH)" "$out" || return 0
+  [ -f "$bin/.done" ] || die "train: $bin is not complete: run the binarize stage first"
+  [ "${FORCE:-0}" = "1" ] && rm -rf "$out"
+  mkdir -p "$out"   # no .tmp: an interrupted training resumes from checkpoint_last.pt
+  if is_hybrid; then criterion="hybrid_cross_entropy"; else criterion="label_smoothed_cross_entropy"; fi
+  [ -f "$out/checkpoint_last.pt" ] && log "train: resuming from $out/checkpoint_last.pt"
+  log "train: $ARCH on $GPUS ($(device_args train)), max $MAX_TOKENS tokens a batch, $MAX_UPDATE updates"
+  # shellcheck disable=SC2046,SC2086
+  if ! env $(device_env train) PYTHONUNBUFFERED=1 fairseq-train "$bin" --user-dir "$USER_DIR" \
+      --arch "$ARCH" --criterion "$criterion" --label-smoothing "$LABEL_SMOOTHING" \
+      --dropout "$DROPOUT" --optimizer adam --lr "$LR" \
+      --lr-scheduler reduce_lr_on_plateau --lr-shrink 0.5 --clip-norm "$CLIP_NORM" \
+      --max-tokens "$MAX_TOKENS" --max-update "$MAX_UPDATE" --required-batch-size-multiple 1 \
+      --save-dir "$out" --no-epoch-checkpoints --save-interval-updates "$SAVE_INTERVAL" \
+      --keep-interval-updates "$AVG_N" --skip-invalid-size-inputs-valid-test \
+      --seed "$SEED" --log-format simple --log-interval "$LOG_INTERVAL" \
+      $(device_args train) $EXTRA_TRAIN_ARGS 2>&1 | tee -a "$out/train.log" \
+      | python -u "$LIB/train_progress.py" --max-update "$MAX_UPDATE"; then
+    die "train: fairseq-train failed: $(grep -E 'error|Error' "$out/train.log" | tail -1) (log: $out/train.log)"
+  fi
+  [ -f "$out/checkpoint_last.pt" ] || die "train: no checkpoint_last.pt in $out (log: $out/train.log)"
+  date -u +%Y-%m-%dT%H:%M:%SZ > "$out/.done"
+  log "train: done -> $out"
+}
+
+generate_stage() {
+  local out=$GEN_DIR ckpt
+  stage_needed "generate ($ARCH, $CHECKPOINT checkpoint)" "$out" || return 0
+  [ -f "$SAVE_DIR/.done" ] || die "generate: $SAVE_DIR is not complete: run the train stage (ARCH=$ARCH) first"
+  local tmp; tmp=$(stage_begin "$out")
+  case "$CHECKPOINT" in
+    best|last) ckpt=$SAVE_DIR/checkpoint_$CHECKPOINT.pt ;;
+    avg)
+      local saved=()
+      mapfile -t saved < <(ls -1 "$SAVE_DIR" | grep -E '^checkpoint_[0-9]+_[0-9]+[.]pt$' | sort -t_ -k3 -n \
+                             | tail -n "$AVG_N" | sed "s|^|$SAVE_DIR/|")
+      [ "${#saved[@]}" -gt 0 ] || die "generate: no checkpoint_<epoch>_<updates>.pt in $SAVE_DIR to average (use CHECKPOINT=best or last)"
+      log "generate: averaging the last ${#saved[@]} saved checkpoints: ${saved[*]##*/}"
+      ckpt=$tmp/checkpoint_avg.pt
+      python "$LIB/average.py" --out "$ckpt" "${saved[@]}" ;;
+  esac
+  [ -f "$ckpt" ] || die "generate: $ckpt does not exist"
+  log "generate: beam $BEAM on the $(wc -l < "$DATA_DIR/clean/test.en") sentences of $(cat "$DATA_DIR/clean/test.name") with $ckpt"
+  local start=$SECONDS
+  # shellcheck disable=SC2046
+  env $(device_env generate) fairseq-generate "$DATA_DIR/bin" --user-dir "$USER_DIR" \
+    --path "$ckpt" --gen-subset test --source-lang en --target-lang de \
+    --beam "$BEAM" --lenpen "$LENPEN" --max-len-a "$MAX_LEN_A" --max-len-b "$MAX_LEN_B" \
+    --batch-size "$GEN_BATCH" --required-batch-size-multiple 1 \
+    --remove-bpe sentencepiece $(device_args generate) > "$tmp/test.out" 2> "$tmp/generate.log" \
+    || die "generate: fairseq-generate failed: $(grep -E 'error|Error' "$tmp/generate.log" | tail -1) (log: $tmp/generate.log)"
+  rm -f "$tmp/checkpoint_avg.pt"
+  echo $((SECONDS - start)) > "$tmp/seconds"
+  grep -E "Translated" "$tmp/generate.log" | sed -E 's/^.*fairseq_cli.generate( \| |:)/  /' >&2 || true
+  stage_commit generate "$out"
+}
+
+score_stage() {
+  if [ "${FORCE:-0}" != 1 ] && [ -f "$RESULT_JSON" ] && [ "$RESULT_JSON" -nt "$GEN_DIR/.done" ]; then
+    log "score: done already ($RESULT_JSON), skipping (FORCE=1 redoes it)"
+    return 0
+  fi
+  [ -f "$GEN_DIR/.done" ] || die "score: $GEN_DIR is not complete: run the generate stage first"
+  log "score: sacreBLEU (detokenized) and tokenized BLEU with compound splitting"
+  python "$LIB/wmt_score.py" --generate-output "$GEN_DIR/test.out" --reference "$DATA_DIR/clean/test.ref.de" \
+    --json "$RESULT_JSON" --lang de --extra "$(printf '{"recipe": "%s", "test_set": "%s", "arch": "%s", "checkpoint": "%s", "beam": %s, "gpus": "%s", "max_tokens": %s, "max_update": %s, "spm_vocab": %s, "generate_seconds": %s}' \
+      "$RECIPE" "$(cat "$DATA_DIR/clean/test.name")" "$ARCH" "$CHECKPOINT" "$BEAM" "$GPUS" "$MAX_TOKENS" "$MAX_UPDATE" "$SPM_VOCAB" "$(cat "$GEN_DIR/seconds")")"
+}
+
+plan_status() { if [ -f "$1/.done" ] && [ "${FORCE:-0}" != 1 ]; then echo "done, would skip"; else echo "would run"; fi; }
+
+dry_run() {
+  local stage=$1 stages=$1 url name sha size entry
+  [ "$stage" = all ] && stages=$WMT_STAGES
+  echo "DRY_RUN: plan for $RECIPE (nothing is done), DATA_DIR=$DATA_DIR"
+  for stage in $stages; do
+    case $stage in
+      prepare)
+        echo "prepare   [$(plan_status "$DATA_DIR/raw")] download (resumable, sha256 from $CHECKSUMS), extract:"
+        for url in $(all_urls); do
+          name=${url##*/}
+          read -r sha size < <(awk -F'\t' -v n="$name" '$1 == n {print $2, $3}' "$CHECKSUMS")
+          printf '            %s  (%s bytes, sha256 %s)\n' "$url" "${size:-?}" "${sha:-MISSING}"
+          [ -n "$MIRROR" ] && printf '              fetched from %s\n' "$(source_url "$url")"
+        done
+        for entry in "${CORPORA[@]}"; do set -- $entry; echo "            train: $1 <- ${2##*/}: $3, $4"; done
+        set -- $DEV; echo "            valid: $1 <- ${2##*/}: $3, $4"
+        set -- $TEST; echo "            test:  $1 <- ${2##*/}: $3, $4"
+        [ -n "$BT_EN" ] && echo "            train: back-translation <- $BT_EN, $BT_DE"
+        ;;
+      clean) echo "clean     [$(plan_status "$DATA_DIR/clean")] sacremoses punctuation normalisation; drop empty, > $MAX_WORDS words, ratio > $MAX_RATIO, duplicates" ;;
+      spm) echo "spm       [$(plan_status "$DATA_DIR/spm")] sentencepiece joint $SPM_VOCAB pieces on <= $SPM_SAMPLE sentences; drop pairs > $MAX_SUBWORDS subwords" ;;
+      binarize) echo "binarize  [$(plan_status "$DATA_DIR/bin")] fairseq-preprocess --joined-dictionary --workers $WORKERS" ;;
+      train) echo "train     [$(plan_status "$SAVE_DIR")] $(device_env train) fairseq-train --arch $ARCH $(device_args train) --max-tokens $MAX_TOKENS --max-update $MAX_UPDATE -> $SAVE_DIR" ;;
+      generate) echo "generate  [$(plan_status "$GEN_DIR")] fairseq-generate --beam $BEAM, $CHECKPOINT checkpoint -> $GEN_DIR" ;;
+      score) echo "score     sacreBLEU + tokenized BLEU -> $RESULT_JSON" ;;
+    esac
+  done
+}
+
+wmt_main() {
+  local stage=${1:-all}
+  [ $# -le 1 ] || die "one stage at a time: use one of: $WMT_STAGES all"
+  wmt_settings
+  wmt_validate "$stage"
+  if [ "$DRY_RUN" = 1 ]; then dry_run "$stage"; return 0; fi
+  mkdir -p "$DATA_DIR"
+  log "$RECIPE: stage $stage, DATA_DIR=$DATA_DIR${MIRROR:+, MIRROR=$MIRROR}"
+  case "$stage" in
+    all) for stage in $WMT_STAGES; do "${stage}_stage"; done ;;
+    *) "${stage}_stage" ;;
+  esac
+}
