@@ -5,7 +5,7 @@ PIP := $(VENV)/bin/python -m pip
 STAMP := $(VENV)/.installed-stamp
 TORCH ?= torch==2.13.0
 
-.PHONY: install demo test clean
+.PHONY: install demo test bench-quick bench clean
 
 install: $(STAMP)
 
@@ -23,6 +23,15 @@ demo: install
 
 test: install
 	$(VENV)/bin/python -m pytest -q
+
+# The scaling benchmark on this machine's CPU as two devices (<= 15 min on 2 cores):
+# results/bench/scaling-small-cpu-cpu.{json,png}. `make bench` runs longer timed intervals.
+BENCH_DEVICES ?= cpu,cpu
+bench-quick: install
+	$(VENV)/bin/python -m benchmarks.scaling --preset small --devices $(BENCH_DEVICES) --quick
+
+bench: install
+	$(VENV)/bin/python -m benchmarks.scaling --preset small --devices $(BENCH_DEVICES)
 
 clean:
 	rm -rf $(VENV) work results/sample build *.egg-info
