@@ -93,12 +93,12 @@ def interval_speed(log: str, log_interval: int) -> tuple:
 
 def train_command(
     data: str, config: TrainConfig, updates: int, log_interval: int, save_dir: Optional[str],
-    extra: str,
+    extra: str, optimizer: str = "torch_adam",
 ) -> List[str]:
     save = ["--save-dir", save_dir, "--no-epoch-checkpoints"] if save_dir else ["--no-save"]
     return [
         str(BIN / "fairseq-train"), data, "--user-dir", USER_DIR,
-        "--optimizer", "adam", "--lr", "0.001", "--clip-norm", "1.0",
+        "--optimizer", optimizer, "--lr", "0.001", "--clip-norm", "1.0",
         "--criterion", config.criterion, "--label-smoothing", "0.1",
         "--max-tokens", str(config.max_tokens), "--max-update", str(updates),
         "--disable-validation", "--num-workers", "0", "--seed", "1",
@@ -111,6 +111,7 @@ def train_command(
 def run_training(
     data: str, config: TrainConfig, updates: int, log_interval: int,
     save_dir: Optional[str] = None, extra: str = "", timeout: float = 1800,
+    optimizer: str = "torch_adam",
 ) -> TrainResult:
     """Train ``config`` for ``updates`` updates and measure it (see the module doc)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -118,7 +119,7 @@ def run_training(
         memory_dir.mkdir()
         env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(config.threads),
                    FAIRSEQ_HYBRID_MEMORY_REPORT=str(memory_dir), **config.env)
-        command = train_command(data, config, updates, log_interval, save_dir, extra)
+        command = train_command(data, config, updates, log_interval, save_dir, extra, optimizer)
         if config.processes > 1 and "cuda" not in config.options:
             port = free_port()
             commands = [

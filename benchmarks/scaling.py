@@ -186,7 +186,8 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
                 if repeat == schedule["repeats"] - 1 and config.key in ("a", "b"):
                     save_dir = str(ckpt_root / config.key)
                     checkpoints[config.key] = f"{save_dir}/checkpoint_last.pt"
-                result = run_training(str(data), config, updates, schedule["log_interval"], save_dir)
+                result = run_training(str(data), config, updates, schedule["log_interval"], save_dir,
+                                      optimizer=args.optimizer)
                 runs[config.key].append(asdict(result))
                 print(f"repeat {repeat + 1}/{schedule['repeats']} ({config.key}) {config.name}: "
                       f"{result.target_wps:,.0f} target tokens/s", flush=True)
@@ -271,7 +272,7 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
                     "torch_threads": torch.get_num_threads(),
                     "cuda": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]},
         "preset": args.preset, "devices": devices, "data": str(data), "vocab": vocab,
-        "lengths": asdict(stats), "schedule": {**schedule, "updates_per_run": updates},
+        "lengths": asdict(stats), "optimizer": args.optimizer, "schedule": {**schedule, "updates_per_run": updates},
         "matmul_flops_per_s": {k: v for k, v in matmul.items() if not k.endswith("_runs")},
         "matmul_runs": {k: v for k, v in matmul.items() if k.endswith("_runs")},
         "training": training, "ratios": ratios, "generation": generation,
@@ -343,6 +344,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--data", help="use this fairseq-preprocess directory instead of the preset's data")
     parser.add_argument("--only", help="comma-separated configuration keys, e.g. a,b,e")
     parser.add_argument("--skip", default="", help="comma-separated: train,generation,memory,model")
+    parser.add_argument("--optimizer", default="torch_adam", choices=["torch_adam", "adam"],
+                        help="for every configuration alike (torch_adam: the plugin's fused Adam)")
     parser.add_argument("--chunk-tokens", type=int, default=1024, help="head chunk for the memory comparison")
     parser.add_argument("--work", default=str(ROOT / "work/bench"))
     parser.add_argument("--out", default=str(ROOT / "results/bench"))

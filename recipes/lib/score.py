@@ -34,6 +34,19 @@ def read_hypotheses(path: str, expected: int) -> list[str]:
     return [hypotheses[i] for i in range(expected)]
 
 
+def read_lines(path: str) -> list[str]:
+    with open(path, encoding="utf-8") as handle:
+        return [line.rstrip("\n") for line in handle]
+
+
+def detokenized_scores(hypotheses: list[str], references: list[str]) -> tuple:
+    """sacreBLEU (13a, mixed case) and chrF with their metrics (for the signatures)."""
+    bleu_metric, chrf_metric = sacrebleu.BLEU(), sacrebleu.CHRF()
+    bleu = bleu_metric.corpus_score(hypotheses, [references])
+    chrf = chrf_metric.corpus_score(hypotheses, [references])
+    return bleu, bleu_metric, chrf, chrf_metric
+
+
 def write_json(path: str, payload: dict) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=os.path.dirname(os.path.abspath(path)),
@@ -53,12 +66,9 @@ def main() -> None:
     parser.add_argument("--extra", default="{}", help="JSON object merged into the output")
     args = parser.parse_args()
 
-    with open(args.reference, encoding="utf-8") as handle:
-        references = [line.rstrip("\n") for line in handle]
+    references = read_lines(args.reference)
     hypotheses = read_hypotheses(args.generate_output, len(references))
-    bleu_metric, chrf_metric = sacrebleu.BLEU(), sacrebleu.CHRF()
-    bleu = bleu_metric.corpus_score(hypotheses, [references])
-    chrf = chrf_metric.corpus_score(hypotheses, [references])
+    bleu, bleu_metric, chrf, chrf_metric = detokenized_scores(hypotheses, references)
     payload = {
         "bleu": round(bleu.score, 2),
         "bleu_signature": str(bleu_metric.get_signature()),
@@ -70,8 +80,7 @@ def main() -> None:
     }
     write_json(args.json, payload)
     if args.show and args.source:
-        with open(args.source, encoding="utf-8") as handle:
-            sources = [line.rstrip("\n") for line in handle]
+        sources = read_lines(args.source)
         for i in range(min(args.show, len(references))):
             print(f"  SRC: {sources[i]}\n  REF: {references[i]}\n  HYP: {hypotheses[i]}\n")
     print(f"{bleu}  ({bleu_metric.get_signature()})")

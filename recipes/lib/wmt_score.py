@@ -23,7 +23,7 @@ from typing import List
 import sacrebleu
 from sacremoses import MosesTokenizer
 
-from score import read_hypotheses, write_json
+from score import detokenized_scores, read_hypotheses, read_lines, write_json
 
 COMPOUND = re.compile(r"(\S)-(\S)")
 
@@ -47,12 +47,9 @@ def main() -> None:
     parser.add_argument("--extra", default="{}", help="JSON object merged into the output")
     args = parser.parse_args()
 
-    with open(args.reference, encoding="utf-8") as handle:
-        references = [line.rstrip("\n") for line in handle]
+    references = read_lines(args.reference)
     hypotheses = read_hypotheses(args.generate_output, len(references))
-    bleu_metric, chrf_metric = sacrebleu.BLEU(), sacrebleu.CHRF()
-    bleu = bleu_metric.corpus_score(hypotheses, [references])
-    chrf = chrf_metric.corpus_score(hypotheses, [references])
+    bleu, bleu_metric, chrf, chrf_metric = detokenized_scores(hypotheses, references)
     tok_metric = sacrebleu.BLEU(tokenize="none", smooth_method="none", force=True)
     tok_bleu = tok_metric.corpus_score(tokenize_for_bleu(hypotheses, args.lang),
                                        [tokenize_for_bleu(references, args.lang)])
