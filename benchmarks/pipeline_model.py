@@ -488,12 +488,14 @@ def _cell_transfer(
     master device that ``_initial_state`` makes for the bridge (and its backward)."""
     side, layer, chunk = key
     cost = 0.0
+    if link.bandwidth_bytes_per_s <= 0:
+        return cost
     if direction == "forward":
         if layer > 0 and layer_device[layer] != layer_device[layer - 1]:
-            cost += link.cost(output_bytes[(side, layer - 1, chunk)])
+            cost += link.cost(output_bytes.get((side, layer - 1, chunk), 0))
     else:
         if layer < len(layer_device) - 1 and layer_device[layer] != layer_device[layer + 1]:
-            cost += link.cost(output_bytes[key])
+            cost += link.cost(output_bytes.get(key, 0))
     if side == "decoder" and chunk == 0 and layer_device[layer] != 0:
         cost += 2 * link.cost(state_bytes, count=2)  # h, c to master and back
     return cost
