@@ -187,19 +187,31 @@ def layer_map(devices: int, layers: int, balance: Optional[str] = None) -> Tuple
 
 
 # ------------------------------------------------------------------ measurement
+def device_clock(device: torch.device) -> Callable[[], float]:
+    """``time.perf_counter`` after the device has finished its queued work (CUDA kernels
+    run asynchronously; CPU work is done when the call returns)."""
+    if device.type == "cuda":
+        def now() -> float:
+            torch.cuda.synchronize(device)
+            return time.perf_counter()
+        return now
+    return time.perf_counter
+
+
 class TimingWorkers:
     """Stands in for ``worker.DeviceWorkers``: runs each task inline on the calling thread
     (one device) and records its wall time, in issue order."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self.records: List[Tuple[str, float]] = []
+        self.clock = clock
 
     def run_all(self, tasks: Sequence[Tuple[int, str, Callable[[], Any]]]) -> List[Any]:
         results = []
         for _, description, fn in tasks:
-            start = time.perf_counter()
+            start = self.clock()
             results.append(fn())
-            self.records.append((description, time.perf_counter() - start))
+            self.records.append((description, self.clock() - start))
         return results
 
 
@@ -265,7 +277,7 @@ def _median(values: Iterable[float]) -> float:
     return float(statistics.median(list(values)))
 
 
-def _measure_cells(model: Any, sample: dict, chunks: int) -> Tuple[Dict[Key, float], Dict[Key, float], Dict[Key, int], int, int, int]:
+def _measure_cells(model: Any, sample: dict, chunks: int, device: torch.device) -> Tuple[Dict[Key, float], Dict[Key, float], Dict[Key, int], int, int, int]:
     """One forward + backward of every cell on one device, through the pipeline's own code."""
     from fairseq_hybrid.pipeline import (
         DECODER, ENCODER, WavefrontPipeline, chunk_bounds, clock_cycles,
@@ -274,8 +286,8 @@ def _measure_cells(model: Any, sample: dict, chunks: int) -> Tuple[Dict[Key, flo
 
     encoder, decoder = model.encoder, model.decoder
     layers = encoder.num_layers
-    plan = build_plan("cpu", None, chunks, layers, layers)
-    workers = TimingWorkers()
+    plan = build_plan(str(device), None, chunks, layers, layers)
+    workers = TimingWorkers(device_clock(device))
     pipeline = WavefrontPipeline(encoder.stack, decoder.stack, decoder.bridge, plan, workers)
     net = sample["net_input"]
     with torch.no_grad():
@@ -304,8 +316,10 @@ def _measure_cells(model: Any, sample: dict, chunks: int) -> Tuple[Dict[Key, flo
     workers.records.clear()
     top = layers - 1
     top_grads = {
-        ENCODER: torch.randn(source.size(0), source.size(1), outputs[(ENCODER, top, 0)].size(-1)),
-        DECODER: torch.randn(target.size(0), target.size(1), outputs[(DECODER, top, 0)].size(-1)),
+        ENCODER: torch.randn(source.size(0), source.size(1), outputs[(ENCODER, top, 0)].size(-1),
+                             device=device),
+        DECODER: torch.randn(target.size(0), target.size(1), outputs[(DECODER, top, 0)].size(-1),
+                             device=device),
     }
     pipeline.backward_cells(records, spans, top_grads, [(None, None)] * layers)
     reverse_order = [(c.side, c.layer, c.chunk) for cycle in reversed(cycles) for c in cycle]
@@ -340,9 +354,11 @@ def measure_stage_times(
     repeats: int = 3,
     threads: int = 1,
     progress: Callable[[str], None] = lambda message: None,
+    device: str = "cpu",
 ) -> StageTimes:
-    """Measure the stage times of ``size`` on ``batch`` on this machine's CPU with
-    ``threads`` torch threads (the thread count of one CPU device worker)."""
+    """Measure the stage times of ``size`` on ``batch`` on one ``device`` ("cpu": this
+    machine's CPU with ``threads`` torch threads, the thread count of one CPU device
+    worker; or e.g. "cuda:0", timed with ``torch.cuda.synchronize``)."""
     from fairseq_hybrid.engine import ShardLoss
     from fairseq_hybrid.loss import TokenLoss
     from fairseq_hybrid.pipeline import DECODER, ENCODER
@@ -350,10 +366,18 @@ def measure_stage_times(
     saved_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
+        dev = torch.device(device)
+        if dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        now = device_clock(dev)
         model, task = build_model(size)
+        model = model.to(dev)
         dictionary = task.target_dictionary
         sample = synthetic_sample(dictionary, batch)
+        sample["target"] = sample["target"].to(dev)
         net = sample["net_input"]
+        for name in ("src_tokens", "prev_output_tokens"):
+            net[name] = net[name].to(dev)
         encoder, decoder = model.encoder, model.decoder
 
         # --- cells, every K, interleaved over the repeats (one warm-up round first)
@@ -361,7 +385,7 @@ def measure_stage_times(
         meta: Dict[int, Tuple[Dict[Key, int], int, int, int]] = {}
         for round_index in range(repeats + 1):
             for chunks in chunk_counts:
-                fwd, bwd, out_bytes, state_bytes, ks, kt = _measure_cells(model, sample, chunks)
+                fwd, bwd, out_bytes, state_bytes, ks, kt = _measure_cells(model, sample, chunks, dev)
                 meta[chunks] = (out_bytes, state_bytes, ks, kt)
                 if round_index > 0:
                     samples[chunks].append((fwd, bwd))
@@ -381,16 +405,16 @@ def measure_stage_times(
         embed_f, embed_b = [], []
         for round_index in range(repeats + 1):
             model.zero_grad(set_to_none=True)
-            start = time.perf_counter()
+            start = now()
             tokens = encoder.right_pad(net["src_tokens"])
             source = encoder.embed(tokens)
             encoder.stack.draw_masks(source.size(0), source.size(1), source)
             encoder.top_mask((source.size(0), source.size(1), encoder.hidden_size), source)
             target = decoder.embed(net["prev_output_tokens"])
             decoder.stack.draw_masks(target.size(0), target.size(1), target)
-            middle = time.perf_counter()
+            middle = now()
             torch.autograd.backward([source, target], [torch.ones_like(source), torch.ones_like(target)])
-            end = time.perf_counter()
+            end = now()
             if round_index > 0:
                 embed_f.append(middle - start)
                 embed_b.append(end - middle)
@@ -401,9 +425,9 @@ def measure_stage_times(
         module = ShardLoss(decoder.head, loss_fn)
         shard_sizes = sorted({math.ceil(batch.sentences / n) for n in device_counts}
                              | {batch.sentences})
-        features_all = torch.randn(batch.sentences, batch.target_len, size.hidden)
-        sources_all = torch.randn(batch.sentences, batch.source_len, size.hidden)
-        padding_all = torch.zeros(batch.sentences, batch.source_len, dtype=torch.bool)
+        features_all = torch.randn(batch.sentences, batch.target_len, size.hidden, device=dev)
+        sources_all = torch.randn(batch.sentences, batch.source_len, size.hidden, device=dev)
+        padding_all = torch.zeros(batch.sentences, batch.source_len, dtype=torch.bool, device=dev)
         head_f: Dict[int, List[float]] = {s: [] for s in shard_sizes}
         head_b: Dict[int, List[float]] = {s: [] for s in shard_sizes}
         for round_index in range(repeats + 1):
@@ -412,14 +436,14 @@ def measure_stage_times(
                 features = features_all[:shard].clone().requires_grad_(True)
                 sources = sources_all[:shard].clone().requires_grad_(True)
                 target = sample["target"][:shard]
-                start = time.perf_counter()
+                start = now()
                 mask = decoder.head.combine_mask(
                     (shard * batch.target_len, decoder.head.combined_dim), features
                 )
                 result = module(features, sources, padding_all[:shard], target, mask)
-                middle = time.perf_counter()
+                middle = now()
                 result.loss.backward()
-                end = time.perf_counter()
+                end = now()
                 if round_index > 0:
                     head_f[shard].append(middle - start)
                     head_b[shard].append(end - middle)
@@ -436,19 +460,19 @@ def measure_stage_times(
         for round_index in range(repeats + 1):
             for p, g in zip(params, grads):
                 p.grad = g.clone()
-            start = time.perf_counter()
+            start = now()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
             model.zero_grad(set_to_none=True)
             if round_index > 0:
-                rest.append(time.perf_counter() - start)
+                rest.append(now() - start)
         progress("rest")
 
         overhead = {n: _measure_run_all(n) for n in sorted(set(device_counts) | {1})}
         return StageTimes(
             size, batch, threads, repeats, cells, _median(embed_f), _median(embed_b),
             {s: _median(v) for s, v in head_f.items()}, {s: _median(v) for s, v in head_b.items()},
-            head_params, head_input, _median(rest), overhead,
+            head_params, head_input, _median(rest), overhead, str(dev),
         )
     finally:
         torch.set_num_threads(saved_threads)
@@ -707,11 +731,16 @@ def run(
     latency_us: float = 20.0,
     repeats: Optional[int] = None,
     progress: Callable[[str], None] = lambda message: None,
+    device: str = "cpu",
 ) -> Dict[str, Any]:
     """Measure one device's stage times for ``preset``, predict speedups for 1..``devices``
     devices and ``chunks`` chunk counts under both semantics, and (``validate``) compare
     with the real step on CPU devices (N in 1, 2; K in ``chunks``). Returns a JSON-ready
-    dict (see ``format_report``); benchmarks/scaling.py can merge it into its report."""
+    dict (see ``format_report``); benchmarks/scaling.py can merge it into its report.
+    ``device``: where one device's stage times are measured ("cpu", or "cuda" on a GPU
+    box: then the ``cuda`` rows are GPU predictions; validation needs "cpu")."""
+    if validate and torch.device(device).type != "cpu":
+        raise ValueError("--validate compares with CPU devices: measure with --device cpu")
     if preset not in PRESETS:
         raise ValueError(f"preset {preset!r}: one of {sorted(PRESETS)}")
     spec = PRESETS[preset]
@@ -725,7 +754,9 @@ def run(
     repeats = repeats or (3 if quick else 5)
     device_counts = list(range(1, devices + 1))
     started = time.perf_counter()
-    stage = measure_stage_times(spec.model, batch, chunks, device_counts, repeats, 1, progress)
+    load_start = os.getloadavg()
+    stage = measure_stage_times(spec.model, batch, chunks, device_counts, repeats, 1, progress,
+                                device)
     link = _gbs_link(bandwidth_gbs, latency_us)
     report: Dict[str, Any] = {
         "what": "pipeline performance model: per-cell stage times measured on one device, "
@@ -734,8 +765,11 @@ def run(
         "model": asdict(spec.model),
         "batch": asdict(batch),
         "batch_note": spec.note,
-        "measured_on": f"{platform.processor() or platform.machine()}, 1 torch thread per "
-                       f"device (this machine's CPU; {os.cpu_count()} cores)",
+        "measured_on": (
+            f"{torch.cuda.get_device_name(torch.device(stage.device))} ({stage.device})"
+            if stage.device.startswith("cuda") else
+            f"{platform.processor() or platform.machine()}, 1 torch thread per device "
+            f"(this machine's CPU; {os.cpu_count()} cores)"),
         "torch": torch.__version__,
         "denominator": "predicted step of hybrid_lstm on 1 device, K = 1 (same model, batch)",
         "link": {"cpu-workers": "shared memory: no transfer cost",
@@ -754,9 +788,11 @@ def run(
         real = measure_real_steps(spec.model, batch, configs, repeats, 1, progress)
         predicted = predict_speedups(stage, [1, 2], chunks, "cpu-workers", Link())
         base = real[(1, 1)]["median_s"]
+        base_min = min(real[(1, 1)]["runs_s"])
         rows = []
         for n, k in configs:
             measured = base / real[(n, k)]["median_s"]
+            measured_min = base_min / min(real[(n, k)]["runs_s"])
             model_speedup = predicted[(n, k)]["speedup"]
             rows.append({
                 "devices": n, "chunks": k,
@@ -765,6 +801,8 @@ def run(
                 "measured_speedup": round(measured, 4),
                 "predicted_speedup": round(model_speedup, 4),
                 "speedup_error": round((model_speedup - measured) / measured, 4),
+                "measured_speedup_of_fastest_runs": round(measured_min, 4),
+                "speedup_error_vs_fastest_runs": round((model_speedup - measured_min) / measured_min, 4),
                 "step_time_error": round(
                     (predicted[(n, k)]["total"] - real[(n, k)]["median_s"])
                     / real[(n, k)]["median_s"], 4),
@@ -779,6 +817,7 @@ def run(
             "repeats": repeats,
             "rows": rows,
         }
+    report["load_average_1_5_15min"] = {"start": load_start, "end": os.getloadavg()}
     report["elapsed_s"] = round(time.perf_counter() - started, 1)
     return report
 
@@ -829,7 +868,7 @@ def format_report(report: Dict[str, Any]) -> str:
         label = ("CPU worker threads (barrier per cycle, serial CPU autograd), no transfer cost"
                  if semantics == "cpu-workers" else
                  f"CUDA semantics (dataflow), link {cuda['bandwidth_gbs']} GB/s + "
-                 f"{cuda['latency_us']} us/transfer")
+                 f"{cuda['latency_us']} us/transfer; per-device times as measured above")
         lines.append(f"predicted speedup, {label}:")
         lines.append(f"  {'N':>2} {'K':>3} {'step s':>9} {'pipe fwd':>9} {'pipe bwd':>9} "
                      f"{'head':>8} {'xfer':>7} {'speedup':>8}")
@@ -844,15 +883,22 @@ def format_report(report: Dict[str, Any]) -> str:
         lines.append("validation (real step on CPU devices, 1 thread each, median of "
                      f"{report['validation']['repeats']}):")
         lines.append(f"  {'N':>2} {'K':>3} {'meas s':>8} {'pred s':>8} {'meas x':>7} "
-                     f"{'pred x':>7} {'err x':>7} {'err s':>7}")
+                     f"{'pred x':>7} {'err x':>7} {'err s':>7} {'min x':>7} {'err':>7}")
         for r in report["validation"]["rows"]:
             lines.append(
                 f"  {r['devices']:>2} {r['chunks']:>3} {r['measured_step_s']:>8.4f} "
                 f"{r['predicted_step_s']:>8.4f} {r['measured_speedup']:>7.3f} "
                 f"{r['predicted_speedup']:>7.3f} {100 * r['speedup_error']:>6.1f}% "
-                f"{100 * r['step_time_error']:>6.1f}%"
+                f"{100 * r['step_time_error']:>6.1f}% "
+                f"{r['measured_speedup_of_fastest_runs']:>7.3f} "
+                f"{100 * r['speedup_error_vs_fastest_runs']:>6.1f}%"
             )
-    lines.append(f"elapsed {report['elapsed_s']}s")
+        lines.append("  (meas x / pred x: speedup over the cpu K=1 step; err x: (pred - meas) / "
+                     "meas; err s: same for the step time; min x, err: measured speedup from "
+                     "the fastest run of each, less sensitive to other load on the machine)")
+    load = report["load_average_1_5_15min"]
+    lines.append(f"load average (1 min) at start {load['start'][0]:.2f}, end {load['end'][0]:.2f}; "
+                 f"elapsed {report['elapsed_s']}s")
     return "\n".join(lines)
 
 
@@ -879,6 +925,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                         help="device link bandwidth for the cuda semantics (GB/s)")
     parser.add_argument("--latency-us", type=float, default=20.0,
                         help="per-transfer latency for the cuda semantics (microseconds)")
+    parser.add_argument("--device", default="cpu",
+                        help="where to measure one device's stage times: cpu (default) or cuda")
     parser.add_argument("--json", help="write the report here (atomically)")
     args = parser.parse_args(argv)
     logging.getLogger("fairseq_hybrid").setLevel(logging.WARNING)  # no placement tables
@@ -893,7 +941,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     try:
         report = run(args.preset, args.quick, args.validate, args.devices, chunks,
                      args.bandwidth_gbs, args.latency_us, args.repeats,
-                     progress=lambda m: print(f"  .. {m}", file=sys.stderr, flush=True))
+                     progress=lambda m: print(f"  .. {m}", file=sys.stderr, flush=True),
+                     device=args.device)
     except ValueError as error:
         sys.exit(f"pipeline_model.py: error: {error}")
     print(format_report(report))
