@@ -26,7 +26,9 @@ This module owns three things:
      order, a cell starting when its inputs (plus a transfer, if they come from another
      device) are ready; backward likewise (autograd has one thread per GPU), and the
      head's shards run forward and backward in parallel, plus ``replicate`` (broadcast of
-     the head parameters) and the reduction of their gradients.
+     the head parameters) and the reduction of their gradients. The optimizer step
+     ("rest") scales with the largest share of the parameters on one device (embeddings
+     and head stay on device 0).
 
    step(N, K) = embeddings fwd+bwd + pipeline fwd + head phase + pipeline bwd + rest, and
    speedup(N, K) = step(1, 1) / step(N, K).
@@ -253,6 +255,20 @@ class StageTimes:
     rest: float  # gradient clipping + optimizer step
     cycle_overhead: Dict[int, float]  # workers -> seconds per run_all round trip
     device: str = "cpu"
+    # parameter bytes on the master device whatever the plan (embeddings, bridges, head)
+    # and of encoder + decoder layer l: how the optimizer step's work splits over devices
+    param_bytes_master: int = 0
+    param_bytes_layer: Tuple[int, ...] = ()
+
+    def rest_share(self, layer_device: Sequence[int]) -> float:
+        """The largest fraction of the parameters any one device holds (1 without counts)."""
+        total = self.param_bytes_master + sum(self.param_bytes_layer)
+        if not self.param_bytes_layer or total == 0:
+            return 1.0
+        per_device: Dict[int, int] = {0: self.param_bytes_master}
+        for layer, device in enumerate(layer_device):
+            per_device[device] = per_device.get(device, 0) + self.param_bytes_layer[layer]
+        return max(per_device.values()) / total
 
     def head_times(self, sentences: int) -> Tuple[float, float]:
         if sentences <= 0:
@@ -469,10 +485,18 @@ def measure_stage_times(
         progress("rest")
 
         overhead = {n: _measure_run_all(n) for n in sorted(set(device_counts) | {1})}
+        layer_bytes = tuple(
+            sum(p.numel() * p.element_size()
+                for stack in (encoder.stack, decoder.stack)
+                for p in stack.layers[layer].parameters())
+            for layer in range(size.layers)
+        )
+        total_bytes = sum(p.numel() * p.element_size() for p in params)
         return StageTimes(
             size, batch, threads, repeats, cells, _median(embed_f), _median(embed_b),
             {s: _median(v) for s, v in head_f.items()}, {s: _median(v) for s, v in head_b.items()},
             head_params, head_input, _median(rest), overhead, str(dev),
+            total_bytes - sum(layer_bytes), layer_bytes,
         )
     finally:
         torch.set_num_threads(saved_threads)
@@ -638,6 +662,9 @@ def predict_step(
         head_comm += 2 * link.cost(moved * stage.head_input_bytes_per_sentence, count=2)
         # replicate the head's parameters, reduce their gradients (pipelined broadcast)
         head_comm += 2 * link.cost(stage.head_param_bytes)
+    # the optimizer step: one thread for CPU devices; on GPUs each device updates its own
+    # parameters concurrently (kernels launched asynchronously), so the busiest one counts
+    rest = stage.rest if semantics == "cpu-workers" else stage.rest * stage.rest_share(mapping)
     parts = {
         "embeddings": stage.embed_forward + stage.embed_backward,
         "pipeline_forward": forward,
@@ -645,7 +672,7 @@ def predict_step(
         "head_forward": head_forward,
         "head_backward": head_backward,
         "head_transfers": head_comm,
-        "rest": stage.rest,
+        "rest": rest,
     }
     parts["total"] = sum(parts.values())
     return parts
@@ -732,6 +759,7 @@ def run(
     repeats: Optional[int] = None,
     progress: Callable[[str], None] = lambda message: None,
     device: str = "cpu",
+    sentences: Optional[int] = None,
 ) -> Dict[str, Any]:
     """Measure one device's stage times for ``preset``, predict speedups for 1..``devices``
     devices and ``chunks`` chunk counts under both semantics, and (``validate``) compare
@@ -745,6 +773,12 @@ def run(
         raise ValueError(f"preset {preset!r}: one of {sorted(PRESETS)}")
     spec = PRESETS[preset]
     batch = spec.quick_batch if quick else spec.batch
+    note = spec.note
+    if sentences is not None:
+        if sentences < 1:
+            raise ValueError(f"--sentences {sentences}: at least 1")
+        batch = BatchSize(sentences, batch.source_len, batch.target_len)
+        note = f"{sentences} sentences (set with --sentences)"
     devices = devices or (2 if preset == "small" else 4)
     if devices > spec.model.layers:
         raise ValueError(f"{devices} devices for {spec.model.layers} layers: at most one per layer")
@@ -764,7 +798,7 @@ def run(
         "preset": preset,
         "model": asdict(spec.model),
         "batch": asdict(batch),
-        "batch_note": spec.note,
+        "batch_note": note,
         "measured_on": (
             f"{torch.cuda.get_device_name(torch.device(stage.device))} ({stage.device})"
             if stage.device.startswith("cuda") else
@@ -843,6 +877,8 @@ def _stage_summary(stage: StageTimes) -> Dict[str, Any]:
         "head_param_bytes": stage.head_param_bytes,
         "head_input_bytes_per_sentence": stage.head_input_bytes_per_sentence,
         "rest_s": round(stage.rest, 6),
+        "param_bytes_master": stage.param_bytes_master,
+        "param_bytes_per_layer": list(stage.param_bytes_layer),
         "run_all_overhead_s": {str(n): round(v, 7) for n, v in stage.cycle_overhead.items()},
     }
 
@@ -921,6 +957,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repeats (and for wmt a "
                         "smaller batch)")
     parser.add_argument("--repeats", type=int)
+    parser.add_argument("--sentences", type=int,
+                        help="sentences per batch (default: the preset's; lengths stay)")
     parser.add_argument("--bandwidth-gbs", type=float, default=10.0,
                         help="device link bandwidth for the cuda semantics (GB/s)")
     parser.add_argument("--latency-us", type=float, default=20.0,
@@ -942,7 +980,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         report = run(args.preset, args.quick, args.validate, args.devices, chunks,
                      args.bandwidth_gbs, args.latency_us, args.repeats,
                      progress=lambda m: print(f"  .. {m}", file=sys.stderr, flush=True),
-                     device=args.device)
+                     device=args.device, sentences=args.sentences)
     except ValueError as error:
         sys.exit(f"pipeline_model.py: error: {error}")
     print(format_report(report))

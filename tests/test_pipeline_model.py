@@ -154,6 +154,16 @@ def test_measurement_gives_positive_times_for_every_cell_of_a_tiny_model():
         assert cells.state_bytes == 2 * 4 * 8 * 4  # (h, c) x batch x hidden x float32
         assert sum(cells.output_bytes[(DEC, 1, c)] for c in range(k)) == 4 * 4 * 8 * 4
     assert stage.embed_forward > 0 and stage.embed_backward > 0 and stage.rest > 0
+    assert stage.param_bytes_master > 0 and len(stage.param_bytes_layer) == 2
     assert set(stage.head_forward) == {2, 4}
     assert all(t > 0 for t in list(stage.head_forward.values()) + list(stage.head_backward.values()))
     assert predict_speedups(stage, [1, 2], [1, 3])[(1, 1)]["speedup"] == 1.0
+
+
+def test_optimizer_step_splits_by_parameter_share_only_on_gpus():
+    stage = fake_stage()
+    stage.param_bytes_master, stage.param_bytes_layer = 600, (200, 200)
+    assert predict_step(stage, 2, 1, "cpu-workers")["rest"] == pytest.approx(0.003)
+    # device 0: master 600 + layer 0 200 = 800 of 1000
+    assert predict_step(stage, 2, 1, "cuda")["rest"] == pytest.approx(0.003 * 0.8)
+    assert predict_step(stage, 1, 1, "cuda")["rest"] == pytest.approx(0.003)
