@@ -167,3 +167,17 @@ def test_optimizer_step_splits_by_parameter_share_only_on_gpus():
     # device 0: master 600 + layer 0 200 = 800 of 1000
     assert predict_step(stage, 2, 1, "cuda")["rest"] == pytest.approx(0.003 * 0.8)
     assert predict_step(stage, 1, 1, "cuda")["rest"] == pytest.approx(0.003)
+
+
+def test_contention_slows_cycles_with_several_busy_devices_only():
+    """2 layers on 2 devices, K = 2, t = 1, slowdown 1.5 with 2 busy devices:
+    c0 one busy = 1, c1 two busy = 1.5, c2 one busy = 1 -> 3.5."""
+    times = uniform(1.0, 2, 2)
+    assert simulate_pipeline(times, (0, 1), 2, 0, "forward", "cycle",
+                             slowdown={2: 1.5}) == pytest.approx(3.5)
+    stage = fake_stage()
+    plain = predict_step(stage, 2, 2, "cpu-workers")
+    slowed = predict_step(stage, 2, 2, "cpu-workers", slowdown={2: 2.0})
+    assert slowed["head_forward"] == pytest.approx(2 * 0.004 + 2e-5)
+    assert slowed["head_backward"] == plain["head_backward"]  # one thread: no contention
+    assert slowed["total"] > plain["total"]
