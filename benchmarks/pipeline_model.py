@@ -749,7 +749,7 @@ def measure_real_steps(
     """Median seconds of the real training step (zero_grad, ``hybrid_cross_entropy``
     forward through ``HybridLSTMModel``'s engine, backward, clip, Adam step) for each
     (devices, chunks) on CPU devices with ``threads`` torch threads per device;
-    configurations interleaved (A B C A B C ...) after one warm-up round."""
+    configurations interleaved (A B C A B C ...) after one warm-up step per device count."""
     from fairseq_hybrid.criterion import HybridCrossEntropyCriterion
 
     saved_threads = torch.get_num_threads()
@@ -772,8 +772,9 @@ def measure_real_steps(
             engine.workers.run_all([(i, "start", lambda: None) for i in range(n)])
             engines[(n, k)] = engine
         samples: Dict[Tuple[int, int], List[float]] = {c: [] for c in configs}
+        warm_up = list({n: (n, k) for n, k in reversed(configs)}.values())
         for round_index in range(repeats + 1):
-            for config in configs:
+            for config in (configs if round_index > 0 else warm_up):
                 model._hybrid_engine = engines[config]
                 start = time.perf_counter()
                 model.zero_grad(set_to_none=True)
@@ -868,9 +869,9 @@ def run(
         ]
     if validate:
         configs = [(n, k) for n in (1, 2) if n <= spec.model.layers for k in chunks]
-        before = measure_concurrency(spec.model, batch, 2, repeats)
+        before = measure_concurrency(spec.model, batch, 2, 2 if quick else repeats)
         real = measure_real_steps(spec.model, batch, configs, repeats, 1, progress)
-        after = measure_concurrency(spec.model, batch, 2, repeats)
+        after = measure_concurrency(spec.model, batch, 2, 2 if quick else repeats)
         contention = {2: (before + after) / 2}
         progress(f"2-worker slowdown before {before:.3f}, after {after:.3f}")
         predicted = predict_speedups(stage, [1, 2], chunks, "cpu-workers", Link())
