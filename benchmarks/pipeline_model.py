@@ -714,7 +714,8 @@ def predict_step(
     # parameters concurrently (kernels launched asynchronously), so the busiest one counts
     rest = stage.rest if semantics == "cpu-workers" else stage.rest * stage.rest_share(mapping)
     parts = {
-        "embeddings": stage.embed_forward + stage.embed_backward,
+        "embeddings_forward": stage.embed_forward,
+        "embeddings_backward": stage.embed_backward,
         "pipeline_forward": forward,
         "pipeline_backward": backward,
         "head_forward": head_forward,
@@ -772,6 +773,9 @@ def measure_real_steps(
             engine.workers.run_all([(i, "start", lambda: None) for i in range(n)])
             engines[(n, k)] = engine
         samples: Dict[Tuple[int, int], List[float]] = {c: [] for c in configs}
+        phases: Dict[Tuple[int, int], Dict[str, List[float]]] = {
+            c: {"forward": [], "backward": [], "update": []} for c in configs
+        }
         warm_up = list({n: (n, k) for n, k in reversed(configs)}.values())
         for round_index in range(repeats + 1):
             for config in (configs if round_index > 0 else warm_up):
@@ -779,13 +783,23 @@ def measure_real_steps(
                 start = time.perf_counter()
                 model.zero_grad(set_to_none=True)
                 loss, _, _ = criterion(model, sample)
+                forward_end = time.perf_counter()
                 loss.backward()
+                backward_end = time.perf_counter()
                 torch.nn.utils.clip_grad_norm_(params, 1.0)
                 optimizer.step()
+                end = time.perf_counter()
                 if round_index > 0:
-                    samples[config].append(time.perf_counter() - start)
+                    samples[config].append(end - start)
+                    phases[config]["forward"].append(forward_end - start)
+                    phases[config]["backward"].append(backward_end - forward_end)
+                    phases[config]["update"].append(end - backward_end)
             progress(f"real steps: round {round_index}/{repeats}")
-        return {c: {"median_s": _median(v), "runs_s": v} for c, v in samples.items()}
+        return {
+            c: {"median_s": _median(v), "runs_s": v,
+                "phases_median_s": {name: _median(t) for name, t in phases[c].items()}}
+            for c, v in samples.items()
+        }
     finally:
         for engine in engines.values():
             engine.workers.close()
@@ -900,6 +914,12 @@ def run(
                 "speedup_error_with_measured_contention": round(
                     (contended_speedup - measured) / measured, 4),
                 "runs_s": [round(v, 6) for v in real[(n, k)]["runs_s"]],
+                "phases_s": {
+                    "measured": {name: round(t, 5)
+                                 for name, t in real[(n, k)]["phases_median_s"].items()},
+                    "predicted": _phases(predicted[(n, k)]),
+                    "predicted_with_contention": _phases(contended[(n, k)]),
+                },
             })
         report["validation"] = {
             "what": "real hybrid training step (zero_grad, hybrid_cross_entropy fwd through "
@@ -919,6 +939,18 @@ def run(
     report["load_average_1_5_15min"] = {"start": load_start, "end": os.getloadavg()}
     report["elapsed_s"] = round(time.perf_counter() - started, 1)
     return report
+
+
+def _phases(parts: Mapping[str, float]) -> Dict[str, float]:
+    """A predicted step's parts grouped as the real step's timers see them: the
+    criterion's forward (embeddings, pipeline, head), ``loss.backward()``, clip + Adam."""
+    return {
+        "forward": round(parts["embeddings_forward"] + parts["pipeline_forward"]
+                         + parts["head_forward"], 5),
+        "backward": round(parts["pipeline_backward"] + parts["head_backward"]
+                          + parts["head_transfers"] + parts["embeddings_backward"], 5),
+        "update": round(parts["rest"], 5),
+    }
 
 
 def _stage_summary(stage: StageTimes) -> Dict[str, Any]:
@@ -997,6 +1029,14 @@ def format_report(report: Dict[str, Any]) -> str:
                 f"{r['predicted_speedup_with_measured_contention']:>8.3f} "
                 f"{100 * r['speedup_error_with_measured_contention']:>6.1f}%"
             )
+        lines.append("  phases, measured / predicted / predicted with contention (s): "
+                     "forward, backward, update")
+        for r in report["validation"]["rows"]:
+            ph = r["phases_s"]
+            lines.append(f"  {r['devices']:>2} {r['chunks']:>3}  " + "   ".join(
+                f"{name} {ph['measured'][name]:.3f}/{ph['predicted'][name]:.3f}/"
+                f"{ph['predicted_with_contention'][name]:.3f}"
+                for name in ("forward", "backward", "update")))
         lines.append("  (speedups over the cpu K=1 step, measured (median; min x: fastest runs) "
                      "and predicted; err = (pred - meas) / meas against the median; pred+c: "
                      "with the measured two-worker slowdown)")
