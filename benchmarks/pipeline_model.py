@@ -293,10 +293,21 @@ def _median(values: Iterable[float]) -> float:
     return float(statistics.median(list(values)))
 
 
+def _check_issue_order(records: Sequence[Tuple[str, float]], expected: Sequence[str]) -> None:
+    """The pipeline issued one task per cell, in clock-cycle order (else the timings
+    would be attributed to the wrong cells)."""
+    issued = [description for description, _ in records]
+    if issued != list(expected):
+        raise RuntimeError(
+            "pipeline_model: the pipeline's tasks no longer match clock_cycles order "
+            f"(first issued: {issued[:3]}, expected: {list(expected)[:3]})"
+        )
+
+
 def _measure_cells(model: Any, sample: dict, chunks: int, device: torch.device) -> Tuple[Dict[Key, float], Dict[Key, float], Dict[Key, int], int, int, int]:
     """One forward + backward of every cell on one device, through the pipeline's own code."""
     from fairseq_hybrid.pipeline import (
-        DECODER, ENCODER, WavefrontPipeline, chunk_bounds, clock_cycles,
+        DECODER, ENCODER, WavefrontPipeline, chunk_bounds, clock_cycles, describe,
     )
     from fairseq_hybrid.placement import build_plan
 
@@ -325,6 +336,7 @@ def _measure_cells(model: Any, sample: dict, chunks: int, device: torch.device) 
         )
     cycles = clock_cycles(len(spans[ENCODER]), len(spans[DECODER]), layers)
     order: List[Key] = [(c.side, c.layer, c.chunk) for cycle in cycles for c in cycle]
+    _check_issue_order(workers.records, [describe(c) for cycle in cycles for c in cycle])
     forward = {key: seconds for key, (_, seconds) in zip(order, workers.records)}
     output_bytes = {key: out.numel() * out.element_size() for key, out in outputs.items()}
     some_state = next(iter(states.values()))
@@ -339,6 +351,8 @@ def _measure_cells(model: Any, sample: dict, chunks: int, device: torch.device) 
     }
     pipeline.backward_cells(records, spans, top_grads, [(None, None)] * layers)
     reverse_order = [(c.side, c.layer, c.chunk) for cycle in reversed(cycles) for c in cycle]
+    _check_issue_order(workers.records,
+                       ["backward of " + describe(c) for cycle in reversed(cycles) for c in cycle])
     backward = {key: seconds for key, (_, seconds) in zip(reverse_order, workers.records)}
     return forward, backward, output_bytes, state_bytes, len(spans[ENCODER]), len(spans[DECODER])
 
