@@ -1018,12 +1018,13 @@ def format_report(report: Dict[str, Any]) -> str:
                  f"{cuda['latency_us']} us/transfer; per-device times as measured above")
         lines.append(f"predicted speedup, {label}:")
         lines.append(f"  {'N':>2} {'K':>3} {'step s':>9} {'pipe fwd':>9} {'pipe bwd':>9} "
-                     f"{'head':>8} {'xfer':>7} {'speedup':>8}")
+                     f"{'head':>8} {'xfer':>7} {'emb+rest':>8} {'speedup':>8}")
         for r in rows:
             lines.append(
                 f"  {r['devices']:>2} {r['chunks']:>3} {r['total']:>9.4f} "
                 f"{r['pipeline_forward']:>9.4f} {r['pipeline_backward']:>9.4f} "
                 f"{r['head_forward'] + r['head_backward']:>8.4f} {r['head_transfers']:>7.4f} "
+                f"{r['embeddings_forward'] + r['embeddings_backward'] + r['rest']:>8.4f} "
                 f"{r['speedup']:>8.3f}"
             )
     if "validation" in report:
