@@ -378,27 +378,56 @@ def _measure_run_all(workers: int, repeats: int = 200) -> float:
 
 def measure_concurrency(
     size: ModelSize, batch: BatchSize, workers: int = 2, repeats: int = 3,
+    workload: str = "lstm",
 ) -> float:
     """How much slower one device's work runs while ``workers`` CPU devices work at once
-    on this box (shared cores, memory bandwidth, and whatever else runs here): median
-    duration of one LSTM layer's forward + backward over the batch's source on each of
-    ``workers`` worker threads (``DeviceWorkers``, 1 torch thread each) together, divided
-    by the same on one worker alone. 1.0 = independent devices."""
+    on this box (shared cores, memory bandwidth, and whatever else runs here): the median
+    duration of a task on each of ``workers`` worker threads (``DeviceWorkers``, 1 torch
+    thread each) together, divided by the same task on one worker alone (1.0 =
+    independent devices). ``workload``: "lstm", one LSTM layer's forward + backward over
+    the batch's source (a pipeline cell); "head", the head + loss forward of one shard of
+    ``sentences / workers`` sentences (what the head shards run concurrently)."""
+    from fairseq_hybrid.engine import ShardLoss
     from fairseq_hybrid.layers import lstm_layer
+    from fairseq_hybrid.loss import TokenLoss
     from fairseq_hybrid.lstm_stack import run_layer
     from fairseq_hybrid.worker import DeviceWorkers
 
+    if workload not in ("lstm", "head"):
+        raise ValueError(f"workload {workload!r}: lstm or head")
     pool = DeviceWorkers([torch.device("cpu")] * workers)
     pool.cpu_threads = 1
-    layers = [lstm_layer(size.hidden, size.hidden) for _ in range(workers)]
-    inputs = [torch.randn(batch.source_len, batch.sentences, size.hidden) for _ in range(workers)]
+    tasks: List[Callable[[], Any]] = []
+    if workload == "lstm":
+        for _ in range(workers):
+            layer = lstm_layer(size.hidden, size.hidden)
+            x = torch.randn(batch.source_len, batch.sentences, size.hidden)
 
-    def task(index: int) -> Callable[[], float]:
+            def lstm_task(layer: torch.nn.LSTM = layer, x: torch.Tensor = x) -> None:
+                out, (h, c) = run_layer(layer, x, None, None)
+                torch.autograd.backward([out, h, c], [torch.ones_like(out), torch.ones_like(h),
+                                                      torch.ones_like(c)])
+            tasks.append(lstm_task)
+    else:
+        model, task = build_model(size)
+        module = ShardLoss(model.decoder.head,
+                           TokenLoss(task.target_dictionary.pad(), 0.1, chunk_tokens=0))
+        shard = max(1, math.ceil(batch.sentences / workers))
+        target = synthetic_sample(task.target_dictionary, batch)["target"][:shard]
+        for _ in range(workers):
+            inputs = (torch.randn(shard, batch.target_len, size.hidden),
+                      torch.randn(shard, batch.source_len, size.hidden),
+                      torch.zeros(shard, batch.source_len, dtype=torch.bool), target)
+
+            def head_task(inputs: Tuple[torch.Tensor, ...] = inputs) -> None:
+                with torch.no_grad():
+                    module(*inputs)
+            tasks.append(head_task)
+
+    def timed(fn: Callable[[], Any]) -> Callable[[], float]:
         def run() -> float:
             start = time.perf_counter()
-            out, (h, c) = run_layer(layers[index], inputs[index], None, None)
-            torch.autograd.backward([out, h, c], [torch.ones_like(out), torch.ones_like(h),
-                                                  torch.ones_like(c)])
+            fn()
             return time.perf_counter() - start
         return run
 
@@ -406,8 +435,8 @@ def measure_concurrency(
         alone: List[float] = []
         together: List[float] = []
         for round_index in range(repeats + 1):
-            solo = pool.run_all([(0, "alone", task(0))])
-            both = pool.run_all([(i, "together", task(i)) for i in range(workers)])
+            solo = pool.run_all([(0, "alone", timed(tasks[0]))])
+            both = pool.run_all([(i, "together", timed(tasks[i])) for i in range(workers)])
             if round_index > 0:
                 alone.extend(solo)
                 together.extend(both)
@@ -678,10 +707,12 @@ def predict_step(
     stage: StageTimes, devices: int, chunks: int, semantics: str = "cpu-workers",
     link: Link = Link(), balance: Optional[str] = None,
     slowdown: Optional[Mapping[int, float]] = None,
+    head_slowdown: Optional[Mapping[int, float]] = None,
 ) -> Dict[str, float]:
     """Predicted seconds of one training step on ``devices`` devices with ``chunks`` time
-    chunks, by part (``total`` is their sum). ``slowdown``: see ``simulate_pipeline``
-    (cpu-workers only; None = devices that do not slow each other down)."""
+    chunks, by part (``total`` is their sum). ``slowdown``: see ``simulate_pipeline``;
+    ``head_slowdown``: the same for the head shards' concurrent forward (default:
+    ``slowdown``); cpu-workers only; None = devices that do not slow each other down."""
     if semantics not in SEMANTICS:
         raise ValueError(f"semantics {semantics!r}: one of {SEMANTICS}")
     from fairseq_hybrid.placement import shard_bounds
@@ -713,7 +744,8 @@ def predict_step(
     head_forward = max(f for f, _ in times)
     if semantics == "cpu-workers" and devices > 1:
         head_backward = sum(b for _, b in times)  # one CPU autograd thread runs them all
-        head_forward = head_forward * (slowdown or {}).get(len(times), 1.0) + run_all
+        shared = head_slowdown if head_slowdown is not None else slowdown
+        head_forward = head_forward * (shared or {}).get(len(times), 1.0) + run_all
     else:
         head_backward = max(b for _, b in times)
     head_comm = 0.0
@@ -745,13 +777,15 @@ def predict_speedups(
     stage: StageTimes, device_counts: Sequence[int], chunk_counts: Sequence[int],
     semantics: str = "cpu-workers", link: Link = Link(),
     slowdown: Optional[Mapping[int, float]] = None,
+    head_slowdown: Optional[Mapping[int, float]] = None,
 ) -> Dict[Tuple[int, int], Dict[str, float]]:
     """speedup(N, K) = step(1 device, K = 1) / step(N, K), with each step's parts."""
     base = predict_step(stage, 1, 1, semantics, link)["total"]
     out = {}
     for n in device_counts:
         for k in chunk_counts:
-            parts = predict_step(stage, n, k, semantics, link, slowdown=slowdown)
+            parts = predict_step(stage, n, k, semantics, link, slowdown=slowdown,
+                                 head_slowdown=head_slowdown)
             out[(n, k)] = {**parts, "speedup": base / parts["total"]}
     return out
 
@@ -897,13 +931,20 @@ def run(
         ]
     if validate:
         configs = [(n, k) for n in (1, 2) if n <= spec.model.layers for k in chunks]
-        before = measure_concurrency(spec.model, batch, 2, 2 if quick else repeats)
+        probes = 2 if quick else repeats
+
+        def probe() -> Dict[str, float]:
+            return {w: measure_concurrency(spec.model, batch, 2, probes, w)
+                    for w in ("lstm", "head")}
+
+        before = probe()
         real = measure_real_steps(spec.model, batch, configs, repeats, 1, progress)
-        after = measure_concurrency(spec.model, batch, 2, 2 if quick else repeats)
-        contention = {2: (before + after) / 2}
-        progress(f"2-worker slowdown before {before:.3f}, after {after:.3f}")
+        after = probe()
+        contention = {w: {2: (before[w] + after[w]) / 2} for w in before}
+        progress(f"2-worker slowdown before {before}, after {after}")
         predicted = predict_speedups(stage, [1, 2], chunks, "cpu-workers", Link())
-        contended = predict_speedups(stage, [1, 2], chunks, "cpu-workers", Link(), contention)
+        contended = predict_speedups(stage, [1, 2], chunks, "cpu-workers", Link(),
+                                     contention["lstm"], contention["head"])
         base = real[(1, 1)]["median_s"]
         base_min = min(real[(1, 1)]["runs_s"])
         rows = []
@@ -942,12 +983,17 @@ def run(
                     "cpu-workers prediction; speedups relative to the measured / predicted "
                     "cpu K=1 step; error = (predicted - measured) / measured",
             "repeats": repeats,
-            "two_worker_slowdown": {"before": round(before, 4), "after": round(after, 4),
-                                    "used": round(contention[2], 4)},
+            "two_worker_slowdown": {
+                w: {"before": round(before[w], 4), "after": round(after[w], 4),
+                    "used": round(contention[w][2], 4)} for w in before
+            },
             "contention_note": "the plain prediction assumes devices that do not slow each "
-                               "other down; the second one scales cells that run while both "
-                               "CPU workers are busy by the slowdown measured on this box "
-                               "around the real steps (1.0 = two free cores)",
+                               "other down; the second one scales pipeline cells that run "
+                               "while both CPU workers are busy by the slowdown of two "
+                               "concurrent LSTM layers, and the concurrent head shards' "
+                               "forward by that of two concurrent head shards, both "
+                               "measured on this box around the real steps (1.0 = "
+                               "independent cores)",
             "rows": rows,
         }
     report["load_average_1_5_15min"] = {"start": load_start, "end": os.getloadavg()}
@@ -1031,8 +1077,11 @@ def format_report(report: Dict[str, Any]) -> str:
         lines.append("validation (real step on CPU devices, 1 thread each, median of "
                      f"{report['validation']['repeats']}):")
         v = report["validation"]
-        lines.append(f"  two CPU workers at once run {v['two_worker_slowdown']['used']:.2f}x "
-                     "slower each than one alone on this box now (1.00 = two free cores)")
+        lines.append(
+            "  two CPU workers at once run "
+            f"{v['two_worker_slowdown']['lstm']['used']:.2f}x (LSTM cells) / "
+            f"{v['two_worker_slowdown']['head']['used']:.2f}x (head shards) slower each than "
+            "one alone on this box now (1.00 = independent cores)")
         lines.append(f"  {'N':>2} {'K':>3} {'meas s':>8} {'pred s':>8} {'meas x':>7} "
                      f"{'min x':>7} {'pred x':>7} {'err':>7} {'pred+c x':>8} {'err':>7}")
         for r in report["validation"]["rows"]:

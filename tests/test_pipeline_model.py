@@ -181,3 +181,17 @@ def test_contention_slows_cycles_with_several_busy_devices_only():
     assert slowed["head_forward"] == pytest.approx(2 * 0.004 + 2e-5)
     assert slowed["head_backward"] == plain["head_backward"]  # one thread: no contention
     assert slowed["total"] > plain["total"]
+
+
+def test_head_contention_can_differ_from_the_cells():
+    stage = fake_stage()
+    slowed = predict_step(stage, 2, 2, "cpu-workers", slowdown={2: 1.0}, head_slowdown={2: 1.5})
+    assert slowed["head_forward"] == pytest.approx(1.5 * 0.004 + 2e-5)
+    assert slowed["pipeline_forward"] == predict_step(stage, 2, 2, "cpu-workers")["pipeline_forward"]
+
+
+@pytest.mark.parametrize("workload", ["lstm", "head"])
+def test_concurrency_probe_returns_a_positive_ratio(workload):
+    from benchmarks.pipeline_model import measure_concurrency
+
+    assert measure_concurrency(ModelSize(1, 8, 8, 30), BatchSize(4, 3, 3), 2, 1, workload) > 0
