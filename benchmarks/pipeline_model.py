@@ -385,8 +385,9 @@ def measure_concurrency(
     duration of a task on each of ``workers`` worker threads (``DeviceWorkers``, 1 torch
     thread each) together, divided by the same task on one worker alone (1.0 =
     independent devices). ``workload``: "lstm", one LSTM layer's forward + backward over
-    the batch's source (a pipeline cell); "head", the head + loss forward of one shard of
-    ``sentences / workers`` sentences (what the head shards run concurrently)."""
+    the batch's source (a pipeline cell); "head", the head + loss forward (recording the
+    graph, as in training) of one shard of ``sentences / workers`` sentences (what the head
+    shards run concurrently)."""
     from fairseq_hybrid.engine import ShardLoss
     from fairseq_hybrid.layers import lstm_layer
     from fairseq_hybrid.loss import TokenLoss
@@ -415,13 +416,12 @@ def measure_concurrency(
         shard = max(1, math.ceil(batch.sentences / workers))
         target = synthetic_sample(task.target_dictionary, batch)["target"][:shard]
         for _ in range(workers):
-            inputs = (torch.randn(shard, batch.target_len, size.hidden),
-                      torch.randn(shard, batch.source_len, size.hidden),
+            inputs = (torch.randn(shard, batch.target_len, size.hidden, requires_grad=True),
+                      torch.randn(shard, batch.source_len, size.hidden, requires_grad=True),
                       torch.zeros(shard, batch.source_len, dtype=torch.bool), target)
 
             def head_task(inputs: Tuple[torch.Tensor, ...] = inputs) -> None:
-                with torch.no_grad():
-                    module(*inputs)
+                module(*inputs)  # with autograd recording, as in training; graph dropped
             tasks.append(head_task)
 
     def timed(fn: Callable[[], Any]) -> Callable[[], float]:
