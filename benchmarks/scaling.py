@@ -329,8 +329,10 @@ def summary(report: Dict[str, object]) -> str:
         lines.append(f"- head at vocab 32K, 8K tokens: chunked/unchunked peak = "
                      f"{mem['ratio_chunked_over_unchunked']:.2f}")
     for label, target in report.get("targets", {}).items():
-        value = "n/a" if target["value"] is None else f"{target['value']:.2f}"
-        lines.append(f"- target {label}: {value} ({'met' if target['met'] else 'MISSED'})")
+        if target["value"] is None:
+            lines.append(f"- target {label}: not measured in this run")
+        else:
+            lines.append(f"- target {label}: {target['value']:.2f} ({'met' if target['met'] else 'MISSED'})")
     return "\n".join(lines)
 
 

@@ -5,9 +5,10 @@
 - ``features`` runs the model-parallel part: embeddings, then the wavefront pipeline.
 - ``head_loss`` runs the data-parallel part: sentences split into one shard per device,
   the head's parameters replicated (``torch.nn.parallel.replicate`` when every device is a
-  GPU; differentiable per-device copies otherwise, none needed for CPU devices), shard
-  losses summed on device 0; autograd reduces the head gradients to the master copy and
-  sends dH, dS back into the pipeline.
+  GPU; on CPU devices each shard runs forward and backward on its worker, see
+  ``head_shards.py``; differentiable per-device copies for a GPU/CPU mix), shard losses
+  summed on device 0; the head gradients are reduced to the master copy and dH, dS go
+  back into the pipeline.
 
 Generation never uses the engine: it runs the plain model on one device.
 """
@@ -23,7 +24,7 @@ from torch.func import functional_call
 from torch.nn.parallel import parallel_apply, replicate
 
 from .encoder import EncoderOut
-from .head import AttentionHead
+from .head_shards import HeadReplicas, ShardLoss, staged_shard_losses
 from .loss import HeadLoss, TokenLoss
 from .pipeline import DECODER, ENCODER, WavefrontPipeline
 from .placement import PlacementPlan, shard_bounds
@@ -31,27 +32,13 @@ from .worker import DeviceWorkers
 
 logger = logging.getLogger(__name__)
 
-class ShardLoss(nn.Module):
-    """The head plus its loss, as one module so ``replicate``/``parallel_apply`` can run it."""
-
-    def __init__(self, head: AttentionHead, loss_fn: TokenLoss) -> None:
-        super().__init__()
-        self.head = head
-        self.loss_fn = loss_fn
-
-    def forward(
-        self, features: Tensor, sources: Tensor, padding_mask: Tensor, target: Tensor,
-        combine_mask: Optional[Tensor] = None,
-    ) -> HeadLoss:
-        encoder_out = {"encoder_out": sources, "encoder_padding_mask": padding_mask}
-        return self.loss_fn(self.head, features, encoder_out, target, combine_mask)
-
 
 class HybridEngine:
     def __init__(self, model: nn.Module, plan: PlacementPlan) -> None:
         self.model = model
         self.plan = plan
         self.workers = DeviceWorkers(plan.devices)
+        self.head_replicas = HeadReplicas()
         self.pipeline = WavefrontPipeline(
             model.encoder.stack, model.decoder.stack, model.decoder.bridge, plan, self.workers
         )
@@ -120,20 +107,28 @@ class HybridEngine:
         mask = None
         if not loss_fn.features_are_combined:  # drawn here, once, in the plain order
             mask = head.combine_mask((sum(tokens_per_sentence), head.combined_dim), features)
-        shards, inputs, last = [], [], 0
+        shards: List[Tuple[int, Tuple[int, int], Tuple[int, int]]] = []
+        last = 0
         for index, (start, end) in enumerate(bounds):
-            if end == start:
-                continue
-            device = self.plan.devices[index]
             first, last = last, last + sum(tokens_per_sentence[start:end])
-            shards.append(index)
-            inputs.append((
-                *(t[start:end].to(device) for t in (
-                    features, encoder_out["encoder_out"], encoder_out["encoder_padding_mask"],
-                    target)),
-                None if mask is None else mask[first:last].to(device),
-            ))
-        results = self._run_shards(head, loss_fn, shards, inputs)
+            if end > start:
+                shards.append((index, (start, end), (first, last)))
+        sources, padding = encoder_out["encoder_out"], encoder_out["encoder_padding_mask"]
+        if torch.is_grad_enabled() and self.shards_by_stage:
+            master = self.plan.master
+            return staged_shard_losses(
+                head, loss_fn, self.head_replicas, self.workers, self.plan.devices, shards,
+                features.to(master), sources.to(master), padding, target, mask,
+            )
+        inputs = [
+            (
+                *(t[start:end].to(self.plan.devices[index])
+                  for t in (features, sources, padding, target)),
+                None if mask is None else mask[first:last].to(self.plan.devices[index]),
+            )
+            for index, (start, end), (first, last) in shards
+        ]
+        results = self._run_shards(ShardLoss(head, loss_fn), [index for index, _, _ in shards], inputs)
         master = self.plan.master
         n_correct = [r.n_correct for r in results if r.n_correct is not None]
         return HeadLoss(
@@ -142,14 +137,17 @@ class HybridEngine:
             torch.stack([c.to(master) for c in n_correct]).sum() if n_correct else None,
         )
 
+    @property
+    def shards_by_stage(self) -> bool:
+        """CPU devices: each head shard's backward on its own worker (``head_shards``)."""
+        return all(d.type == "cpu" for d in self.plan.devices)
+
     def _run_shards(
         self,
-        head: AttentionHead,
-        loss_fn: TokenLoss,
+        module: ShardLoss,
         shards: List[int],
         inputs: List[Tuple[Optional[Tensor], ...]],
     ) -> List[HeadLoss]:
-        module = ShardLoss(head, loss_fn)
         devices = [self.plan.devices[index] for index in shards]
         if all(d.type == "cuda" for d in self.plan.devices):
             replicas = replicate(module, devices)
