@@ -19,8 +19,8 @@ This module owns three things:
      cycle is a *barrier* (``run_all`` waits for all of the cycle's tasks); a device's cells
      in one cycle run one after another on its single worker. Backward: with N > 1 the same
      barrier per cycle in reverse clock order (``backward_cells``); with N = 1 one autograd
-     thread runs all of it serially. The head's shards run forward on the workers in
-     parallel, but their backward runs on the single CPU autograd thread (serially).
+     thread runs all of it serially. The head's shards run forward and backward on the
+     workers in parallel (``fairseq_hybrid.head_shards``).
    - ``cuda`` (what the same code does on GPUs): the host's per-cycle barrier only waits
      for kernel *launches*, so execution is *dataflow*: each device runs its cells in issue
      order, a cell starting when its inputs (plus a transfer, if they come from another
@@ -742,12 +742,14 @@ def predict_step(
     shards = [end - start for start, end in shard_bounds(stage.batch.sentences, devices)]
     times = [stage.head_times(s) for s in shards if s > 0]
     head_forward = max(f for f, _ in times)
+    head_backward = max(b for _, b in times)
     if semantics == "cpu-workers" and devices > 1:
-        head_backward = sum(b for _, b in times)  # one CPU autograd thread runs them all
+        # fairseq_hybrid.head_shards: forward and backward of each shard on its worker,
+        # one run_all round trip each
         shared = head_slowdown if head_slowdown is not None else slowdown
-        head_forward = head_forward * (shared or {}).get(len(times), 1.0) + run_all
-    else:
-        head_backward = max(b for _, b in times)
+        factor = (shared or {}).get(len(times), 1.0)
+        head_forward = head_forward * factor + run_all
+        head_backward = head_backward * factor + run_all
     head_comm = 0.0
     if semantics == "cuda" and devices > 1:
         last = mapping[-1]
@@ -1058,7 +1060,7 @@ def format_report(report: Dict[str, Any]) -> str:
                      f"{c['backward_sum_s']:.4f}s")
     cuda = report["link"]["cuda"]
     for semantics, rows in report["predictions"].items():
-        label = ("CPU worker threads (barrier per cycle, serial CPU autograd), no transfer cost"
+        label = ("CPU worker threads (barrier per cycle; head shards on the workers), no transfer cost"
                  if semantics == "cpu-workers" else
                  f"CUDA semantics (dataflow), link {cuda['bandwidth_gbs']} GB/s + "
                  f"{cuda['latency_us']} us/transfer; per-device times as measured above")
