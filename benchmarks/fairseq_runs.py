@@ -32,6 +32,13 @@ class BenchmarkError(SystemExit):
         super().__init__(f"benchmarks: error: {message}")
 
 
+# glibc returns every allocation above 32 MB to the system when it is freed, so each step
+# page-faults its large tensors (logits, gradients) in again; with these it keeps freed
+# memory, as a caching allocator does. Applied to every configuration alike (--no-malloc-cache
+# turns it off); it is a property of the process, not of the model.
+MALLOC_CACHE_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 34)}
+
+
 @dataclass
 class TrainConfig:
     """One training configuration: fairseq-train options, and how it is launched."""
@@ -111,14 +118,14 @@ def train_command(
 def run_training(
     data: str, config: TrainConfig, updates: int, log_interval: int,
     save_dir: Optional[str] = None, extra: str = "", timeout: float = 1800,
-    optimizer: str = "torch_adam",
+    optimizer: str = "torch_adam", env: Optional[Dict[str, str]] = None,
 ) -> TrainResult:
     """Train ``config`` for ``updates`` updates and measure it (see the module doc)."""
     with tempfile.TemporaryDirectory() as tmp:
         memory_dir = Path(tmp) / "memory"
         memory_dir.mkdir()
         env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(config.threads),
-                   FAIRSEQ_HYBRID_MEMORY_REPORT=str(memory_dir), **config.env)
+                   FAIRSEQ_HYBRID_MEMORY_REPORT=str(memory_dir), **(env or {}), **config.env)
         command = train_command(data, config, updates, log_interval, save_dir, extra, optimizer)
         if config.processes > 1 and "cuda" not in config.options:
             port = free_port()
@@ -166,7 +173,7 @@ GENERATE_SUMMARY = re.compile(
 
 def run_generation(
     data: str, checkpoint: str, beam: int, subset: str, options: str, threads: int,
-    timeout: float = 1800,
+    timeout: float = 1800, env: Optional[Dict[str, str]] = None,
 ) -> Dict[str, float]:
     """Beam search with fairseq-generate; its own summary line gives sentences/s and
     tokens/s (model loading excluded)."""
@@ -175,7 +182,7 @@ def run_generation(
         "--gen-subset", subset, "--beam", str(beam), "--required-batch-size-multiple", "1",
         "--num-workers", "0", "--quiet", *shlex.split(options),
     ]
-    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(threads))
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(threads), **(env or {}))
     proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
     log = proc.stdout + proc.stderr
     match = GENERATE_SUMMARY.search(log)

@@ -34,7 +34,7 @@ import torch
 
 from . import chart
 from .data import length_stats, sample_data, synthetic_data
-from .fairseq_runs import ROOT, BenchmarkError, TrainConfig, run_generation, run_training
+from .fairseq_runs import MALLOC_CACHE_ENV, ROOT, BenchmarkError, TrainConfig, run_generation, run_training
 from .flops import ModelShape, matmul_flops_per_second, training_flops_per_target_token
 from .head_memory import measure as measure_head_memory
 
@@ -164,6 +164,7 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
 
     threads = os.cpu_count() or 1
     matmul: Dict[str, float] = {}
+    process_env = {} if args.no_malloc_cache else dict(MALLOC_CACHE_ENV)
 
     def measure_matmul() -> None:
         if devices[0] == "cpu":
@@ -187,7 +188,7 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
                     save_dir = str(ckpt_root / config.key)
                     checkpoints[config.key] = f"{save_dir}/checkpoint_last.pt"
                 result = run_training(str(data), config, updates, schedule["log_interval"], save_dir,
-                                      optimizer=args.optimizer)
+                                      optimizer=args.optimizer, env=process_env)
                 runs[config.key].append(asdict(result))
                 print(f"repeat {repeat + 1}/{schedule['repeats']} ({config.key}) {config.name}: "
                       f"{result.target_wps:,.0f} target tokens/s", flush=True)
@@ -232,7 +233,7 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
         for repeat in range(schedule["repeats"]):
             for key in ("a", "b"):
                 result = run_generation(str(data), checkpoints[key], 5, schedule["generate_subset"],
-                                        gen_options, threads)
+                                        gen_options, threads, env=process_env)
                 gen_runs[key].append(result)
                 print(f"repeat {repeat + 1} generate ({key}): {result['tokens_per_s']:,.0f} tokens/s",
                       flush=True)
@@ -272,7 +273,8 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
                     "torch_threads": torch.get_num_threads(),
                     "cuda": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]},
         "preset": args.preset, "devices": devices, "data": str(data), "vocab": vocab,
-        "lengths": asdict(stats), "optimizer": args.optimizer, "schedule": {**schedule, "updates_per_run": updates},
+        "lengths": asdict(stats), "optimizer": args.optimizer, "process_env": process_env,
+        "schedule": {**schedule, "updates_per_run": updates},
         "matmul_flops_per_s": {k: v for k, v in matmul.items() if not k.endswith("_runs")},
         "matmul_runs": {k: v for k, v in matmul.items() if k.endswith("_runs")},
         "training": training, "ratios": ratios, "generation": generation,
@@ -348,6 +350,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--skip", default="", help="comma-separated: train,generation,memory,model")
     parser.add_argument("--optimizer", default="torch_adam", choices=["torch_adam", "adam"],
                         help="for every configuration alike (torch_adam: the plugin's fused Adam)")
+    parser.add_argument("--no-malloc-cache", action="store_true",
+                        help="let glibc return large freed tensors to the system (its default)")
     parser.add_argument("--chunk-tokens", type=int, default=1024, help="head chunk for the memory comparison")
     parser.add_argument("--work", default=str(ROOT / "work/bench"))
     parser.add_argument("--out", default=str(ROOT / "results/bench"))
