@@ -39,6 +39,10 @@ class BenchmarkError(SystemExit):
 MALLOC_CACHE_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 34)}
 
 
+class OutOfMemory(BenchmarkError):
+    pass
+
+
 @dataclass
 class TrainConfig:
     """One training configuration: fairseq-train options, and how it is launched."""
@@ -151,6 +155,8 @@ def run_training(
                 if proc.poll() is None:
                     proc.kill()
         for proc, out in zip(procs, outputs):
+            if "out of memory" in out.lower():  # fairseq may skip an OOM batch and go on
+                raise OutOfMemory(f"{config.name}: out of memory at --max-tokens {config.max_tokens}")
             if proc.returncode != 0:
                 raise BenchmarkError(
                     f"{config.name}: {shlex.join(proc.args)} exited {proc.returncode}:\n{out[-3000:]}"

@@ -34,7 +34,7 @@ import torch
 
 from . import chart
 from .data import length_stats, sample_data, synthetic_data
-from .fairseq_runs import MALLOC_CACHE_ENV, ROOT, BenchmarkError, TrainConfig, run_generation, run_training
+from .fairseq_runs import MALLOC_CACHE_ENV, ROOT, BenchmarkError, OutOfMemory, TrainConfig, run_generation, run_training
 from .flops import ModelShape, matmul_flops_per_second, training_flops_per_target_token
 from .head_memory import measure as measure_head_memory
 
@@ -223,6 +223,10 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
         for label, num, den, meaning in RATIOS if num in training and den in training
     }
 
+    largest: Dict[str, object] = {}
+    if args.largest_batch:
+        largest = largest_batches(data, configs, schedule, args.optimizer, process_env)
+
     generation: Dict[str, object] = {}
     if "generation" not in args.skip and {"a", "b"} <= checkpoints.keys():
         gen_options = (f"--max-len-a 1.2 --max-len-b 10 --batch-size 64 "
@@ -277,13 +281,36 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
         "schedule": {**schedule, "updates_per_run": updates},
         "matmul_flops_per_s": {k: v for k, v in matmul.items() if not k.endswith("_runs")},
         "matmul_runs": {k: v for k, v in matmul.items() if k.endswith("_runs")},
-        "training": training, "ratios": ratios, "generation": generation,
+        "training": training, "ratios": ratios, "largest_batch": largest, "generation": generation,
         "head_memory": memory, "pipeline_model": model,
         "seconds": time.time() - started,
     }
     if args.preset == "small" and devices == ["cpu", "cpu"]:
         report["targets"] = targets(report)
     return report
+
+
+def largest_batches(data: Path, configs: List[TrainConfig], schedule: Dict[str, int],
+                    optimizer: str, env: Dict[str, str]) -> Dict[str, object]:
+    """GPU only: each configuration at the largest --max-tokens (doubling from its own)
+    that trains without running out of memory, one run each."""
+    out: Dict[str, object] = {}
+    updates = schedule["log_interval"] * (1 + schedule["intervals"])
+    for config in configs:
+        best, tokens = None, config.max_tokens
+        while True:
+            try:
+                result = run_training(str(data), replace(config, max_tokens=tokens), updates,
+                                      schedule["log_interval"], optimizer=optimizer, env=env)
+            except OutOfMemory:
+                break
+            best = {"max_tokens_per_process": tokens, "target_tokens_per_s": result.target_wps,
+                    "peak_cuda_bytes": result.peak_cuda_bytes}
+            print(f"largest batch ({config.key}): --max-tokens {tokens} fits, "
+                  f"{result.target_wps:,.0f} target tokens/s", flush=True)
+            tokens *= 2
+        out[config.key] = best
+    return out
 
 
 def targets(report: Dict[str, object]) -> Dict[str, Dict[str, object]]:
@@ -350,6 +377,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--skip", default="", help="comma-separated: train,generation,memory,model")
     parser.add_argument("--optimizer", default="torch_adam", choices=["torch_adam", "adam"],
                         help="for every configuration alike (torch_adam: the plugin's fused Adam)")
+    parser.add_argument("--largest-batch", action="store_true",
+                        help="GPU only: also train each configuration at the largest --max-tokens that fits")
     parser.add_argument("--no-malloc-cache", action="store_true",
                         help="let glibc return large freed tensors to the system (its default)")
     parser.add_argument("--chunk-tokens", type=int, default=1024, help="head chunk for the memory comparison")
@@ -368,7 +397,9 @@ def main(argv: Optional[List[str]] = None) -> None:
         parser.error(f"--only {args.only!r}: unknown configuration(s) {sorted(unknown)}; allowed: {','.join(sorted(keys))}")
     if args.chunk_tokens < 1:
         parser.error(f"--chunk-tokens {args.chunk_tokens}: must be >= 1")
-    parse_devices(args.devices)
+    devices = parse_devices(args.devices)
+    if args.largest_batch and devices[0] == "cpu":
+        parser.error("--largest-batch needs CUDA devices (on the CPU the batch is bounded by time, not memory)")
     args.name = args.name or f"scaling-{args.preset}-{args.devices.replace(',', '-').replace(':', '')}"
     Path(args.work).mkdir(parents=True, exist_ok=True)
     report = run(args)

@@ -124,6 +124,7 @@ def run_scaling(*args: str, cwd: Path = ROOT):
     (["--devices", "cpu,gpu"], "'gpu' is not cpu or cuda:N"),
     (["--skip", "train,colour"], "unknown part(s) ['colour']"),
     (["--only", "a,z"], "unknown configuration(s) ['z']"),
+    (["--largest-batch"], "--largest-batch needs CUDA devices"),
 ])
 def test_scaling_rejects_bad_input_in_one_line(tmp_path, args, message):
     proc = run_scaling(*args, "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out"))
