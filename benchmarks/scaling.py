@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
 
     threads = os.cpu_count() or 1
     matmul: Dict[str, float] = {}
-    process_env = {} if args.no_malloc_cache else dict(MALLOC_CACHE_ENV)
+    process_env = dict(MALLOC_CACHE_ENV) if args.malloc_cache else {}
 
     def measure_matmul() -> None:
         if devices[0] == "cpu":
@@ -379,8 +379,9 @@ def main(argv: Optional[List[str]] = None) -> None:
                         help="for every configuration alike (torch_adam: the plugin's fused Adam)")
     parser.add_argument("--largest-batch", action="store_true",
                         help="GPU only: also train each configuration at the largest --max-tokens that fits")
-    parser.add_argument("--no-malloc-cache", action="store_true",
-                        help="let glibc return large freed tensors to the system (its default)")
+    parser.add_argument("--malloc-cache", action="store_true",
+                        help="every process keeps freed memory (glibc MALLOC_MMAP_MAX_=0) instead of "
+                        "page-faulting large tensors in each step")
     parser.add_argument("--chunk-tokens", type=int, default=1024, help="head chunk for the memory comparison")
     parser.add_argument("--work", default=str(ROOT / "work/bench"))
     parser.add_argument("--out", default=str(ROOT / "results/bench"))
