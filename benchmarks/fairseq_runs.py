@@ -20,7 +20,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 USER_DIR = str(ROOT / "fairseq_hybrid")

@@ -64,7 +64,6 @@ PRESETS = {
 QUICK = {"log_interval": 4, "intervals": 2, "repeats": 3, "generate_subset": "valid"}
 FULL = {"log_interval": 10, "intervals": 5, "repeats": 3, "generate_subset": "test"}
 GENERATE_LENGTH = 20
-TARGETS_NOTE = "issue 4 targets on the 2-core CPU, small preset, devices cpu,cpu"
 
 
 def parse_devices(spec: str) -> List[str]:
