@@ -6,8 +6,9 @@ with and without token chunking.
 Each measurement runs in a fresh process (``measure`` starts it), so allocator caches and
 earlier peaks cannot hide anything. CUDA: ``max_memory_allocated`` above what was
 allocated before the step. CPU: the resident-set high-water mark (``ru_maxrss``) above
-the resident set before the step (large tensors are mmap-ed and returned to the system
-when freed, so the high-water mark is the step's peak).
+the resident set before the step, with glibc's mmap threshold fixed at 64 KiB so every
+tensor is mmap-ed and returned to the system when freed (the high-water mark is then the
+step's peak of live memory).
 """
 from __future__ import annotations
 
@@ -84,8 +85,11 @@ def measure(vocab: int, tokens: int, dim: int, chunk_tokens: int, device: str) -
     command = [sys.executable, "-m", "benchmarks.head_memory", "--vocab", str(vocab),
                "--tokens", str(tokens), "--dim", str(dim), "--chunk-tokens", str(chunk_tokens),
                "--device", device]
-    proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT,
-                          env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    # a fixed mmap threshold: glibc otherwise raises it as large blocks are freed, serves
+    # later 10-100 MB chunks from its heap and keeps them resident after free, so the
+    # resident high-water mark would count freed chunks as live (flaky, 2-6x too high)
+    env = dict(os.environ, PYTHONWARNINGS="ignore", MALLOC_MMAP_THRESHOLD_="65536")
+    proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env)
     if proc.returncode != 0:
         raise BenchmarkError(f"{' '.join(command)} failed:\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
