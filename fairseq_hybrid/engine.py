@@ -5,8 +5,8 @@
 - ``features`` runs the model-parallel part: embeddings, then the wavefront pipeline.
 - ``head_loss`` runs the data-parallel part: sentences split into one shard per device,
   the head's parameters replicated (``torch.nn.parallel.replicate`` when every device is a
-  GPU; on CPU devices each shard runs forward and backward on its worker, see
-  ``head_shards.py``; differentiable per-device copies for a GPU/CPU mix), shard losses
+  GPU; otherwise each shard runs forward and backward on its worker with its own head
+  replica, see ``head_shards.py``), shard losses
   summed on device 0; the head gradients are reduced to the master copy and dH, dS go
   back into the pipeline.
 
@@ -15,15 +15,15 @@ Generation never uses the engine: it runs the plain model on one device.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 from torch import Tensor
-from torch.func import functional_call
 from torch.nn.parallel import parallel_apply, replicate
 
 from .encoder import EncoderOut
+from .head import AttentionHead
 from .head_shards import HeadReplicas, ShardLoss, staged_shard_losses
 from .loss import HeadLoss, TokenLoss
 from .pipeline import DECODER, ENCODER, WavefrontPipeline
@@ -114,7 +114,7 @@ class HybridEngine:
             if end > start:
                 shards.append((index, (start, end), (first, last)))
         sources, padding = encoder_out["encoder_out"], encoder_out["encoder_padding_mask"]
-        if torch.is_grad_enabled() and self.shards_by_stage:
+        if torch.is_grad_enabled() and not self.all_cuda:
             master = self.plan.master
             return staged_shard_losses(
                 head, loss_fn, self.head_replicas, self.workers, self.plan.devices, shards,
@@ -128,7 +128,7 @@ class HybridEngine:
             )
             for index, (start, end), (first, last) in shards
         ]
-        results = self._run_shards(ShardLoss(head, loss_fn), [index for index, _, _ in shards], inputs)
+        results = self._run_shards(head, loss_fn, [index for index, _, _ in shards], inputs)
         master = self.plan.master
         n_correct = [r.n_correct for r in results if r.n_correct is not None]
         return HeadLoss(
@@ -138,33 +138,31 @@ class HybridEngine:
         )
 
     @property
-    def shards_by_stage(self) -> bool:
-        """CPU devices: each head shard's backward on its own worker (``head_shards``)."""
-        return all(d.type == "cpu" for d in self.plan.devices)
+    def all_cuda(self) -> bool:
+        """Every device a GPU: autograd runs one thread per GPU, so torch's replicate /
+        parallel_apply suffice; otherwise the shards run forward and backward on the
+        workers (``head_shards``), with head replicas instead of swapping one module's
+        parameters from several threads."""
+        return all(d.type == "cuda" for d in self.plan.devices)
 
     def _run_shards(
         self,
-        module: ShardLoss,
+        head: AttentionHead,
+        loss_fn: TokenLoss,
         shards: List[int],
         inputs: List[Tuple[Optional[Tensor], ...]],
     ) -> List[HeadLoss]:
+        """Every GPU: torch's replicate/parallel_apply (differentiable). Otherwise this runs
+        only without grad (evaluation): each shard on its worker with its head replica."""
         devices = [self.plan.devices[index] for index in shards]
-        if all(d.type == "cuda" for d in self.plan.devices):
-            replicas = replicate(module, devices)
-            return parallel_apply(replicas, inputs, devices=devices)
-        params: Dict[str, Tensor] = dict(module.named_parameters())
+        if self.all_cuda:
+            return parallel_apply(replicate(ShardLoss(head, loss_fn), devices), inputs, devices=devices)
 
-        def shard_task(device: torch.device, shard_inputs: Tuple[Optional[Tensor], ...]) -> Callable[[], Any]:
-            def run() -> HeadLoss:
-                if device == self.plan.master:
-                    return module(*shard_inputs)
-                copies = {name: p.to(device) for name, p in params.items()}
-                return functional_call(module, copies, shard_inputs)
-            return run
+        def shard_task(index: int, shard_inputs: Tuple[Optional[Tensor], ...]) -> Callable[[], HeadLoss]:
+            module = ShardLoss(self.head_replicas.for_shard(index, head, self.plan.devices[index]), loss_fn)
+            return lambda: module(*shard_inputs)
 
         return self.workers.run_all(
-            [
-                (index, f"head shard {index}", shard_task(self.plan.devices[index], shard_inputs))
-                for index, shard_inputs in zip(shards, inputs)
-            ]
+            [(index, f"head shard {index}", shard_task(index, shard_inputs))
+             for index, shard_inputs in zip(shards, inputs)]
         )

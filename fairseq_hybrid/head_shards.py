@@ -112,7 +112,6 @@ class _StagedShards(torch.autograd.Function):
             for (index, sentences, tokens), module in zip(work.shards, work.modules)
         ])
         ctx.work, ctx.outputs = work, outputs
-        ctx.shapes = (features.shape, sources.shape)
         ctx.like = (features, sources)
         master = features.device
         results = [r for r, _ in outputs]
@@ -141,8 +140,8 @@ class _StagedShards(torch.autograd.Function):
             for (index, _, _), (result, _) in zip(work.shards, ctx.outputs)
         ])
         master = features.device
-        feature_grad = features.new_zeros(ctx.shapes[0]) if features.requires_grad else None
-        source_grad = sources.new_zeros(ctx.shapes[1]) if sources.requires_grad else None
+        feature_grad = torch.zeros_like(features) if features.requires_grad else None
+        source_grad = torch.zeros_like(sources) if sources.requires_grad else None
         param_grads: List[Optional[Tensor]] = [None] * n_params
         for (_, (start, end), _), (_, (f_leaf, s_leaf, p_leaves)) in zip(work.shards, ctx.outputs):
             if feature_grad is not None and f_leaf.grad is not None:
