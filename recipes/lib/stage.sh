@@ -34,6 +34,11 @@ stage_commit() {
   log "$name: done -> $dir"
 }
 
+# require_done STAGE DIR WHAT: stop STAGE unless DIR holds a finished stage's output.
+require_done() {
+  [ -f "$2/.done" ] || die "$1: $2 is not complete: run $3 first"
+}
+
 require_tool() {
   command -v "$1" >/dev/null 2>&1 || die "'$1' not found on PATH: run 'make install' and use .venv/bin (or 'make demo')"
 }

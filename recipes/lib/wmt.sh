@@ -174,7 +174,7 @@ prepare_stage() {
 clean_stage() {
   local out=$DATA_DIR/clean raw=$DATA_DIR/raw
   stage_needed clean "$out" || return 0
-  [ -f "$raw/.done" ] || die "clean: $raw is not complete: run the prepare stage first"
+  require_done clean "$raw" "the prepare stage"
   need_space "$DATA_DIR" $((2 * $(dir_bytes "$raw"))) clean
   local tmp; tmp=$(stage_begin "$out")
   log "clean: normalising punctuation; dropping empty pairs, > $MAX_WORDS words, length ratio > $MAX_RATIO, duplicates"
@@ -191,7 +191,7 @@ clean_stage() {
 spm_stage() {
   local out=$DATA_DIR/spm in=$DATA_DIR/clean
   stage_needed spm "$out" || return 0
-  [ -f "$in/.done" ] || die "spm: $in is not complete: run the clean stage first"
+  require_done spm "$in" "the clean stage"
   need_space "$DATA_DIR" $((2 * $(dir_bytes "$in"))) spm
   local tmp; tmp=$(stage_begin "$out")
   log "spm: training a joint ${SPM_VOCAB}-piece model on up to $SPM_SAMPLE sampled sentences of train.en + train.de"
@@ -216,7 +216,7 @@ spm_stage() {
 binarize_stage() {
   local out=$DATA_DIR/bin in=$DATA_DIR/spm
   stage_needed binarize "$out" || return 0
-  [ -f "$in/.done" ] || die "binarize: $in is not complete: run the spm stage first"
+  require_done binarize "$in" "the spm stage"
   need_space "$DATA_DIR" $((2 * $(dir_bytes "$in"))) binarize
   local tmp; tmp=$(stage_begin "$out")
   log "binarize: fairseq-preprocess --joined-dictionary --workers $WORKERS"
@@ -247,7 +247,7 @@ device_env() {   # the baseline, and generation, run on one GPU: the first of GP
 train_stage() {
   local out=$SAVE_DIR bin=$DATA_DIR/bin criterion
   stage_needed "train ($ARCH)" "$out" || return 0
-  [ -f "$bin/.done" ] || die "train: $bin is not complete: run the binarize stage first"
+  require_done train "$bin" "the binarize stage"
   [ "${FORCE:-0}" = "1" ] && rm -rf "$out"
   mkdir -p "$out"   # no .tmp: an interrupted training resumes from checkpoint_last.pt
   if is_hybrid; then criterion="hybrid_cross_entropy"; else criterion="label_smoothed_cross_entropy"; fi
@@ -274,7 +274,7 @@ train_stage() {
 generate_stage() {
   local out=$GEN_DIR ckpt
   stage_needed "generate ($ARCH, $CHECKPOINT checkpoint)" "$out" || return 0
-  [ -f "$SAVE_DIR/.done" ] || die "generate: $SAVE_DIR is not complete: run the train stage (ARCH=$ARCH) first"
+  require_done generate "$SAVE_DIR" "the train stage (ARCH=$ARCH)"
   local tmp; tmp=$(stage_begin "$out")
   case "$CHECKPOINT" in
     best|last) ckpt=$SAVE_DIR/checkpoint_$CHECKPOINT.pt ;;
@@ -308,7 +308,7 @@ score_stage() {
     log "score: done already ($RESULT_JSON), skipping (FORCE=1 redoes it)"
     return 0
   fi
-  [ -f "$GEN_DIR/.done" ] || die "score: $GEN_DIR is not complete: run the generate stage first"
+  require_done score "$GEN_DIR" "the generate stage"
   log "score: sacreBLEU (detokenized) and tokenized BLEU with compound splitting"
   python "$LIB/wmt_score.py" --generate-output "$GEN_DIR/test.out" --reference "$DATA_DIR/clean/test.ref.de" \
     --json "$RESULT_JSON" --lang de --extra "$(printf '{"recipe": "%s", "test_set": "%s", "arch": "%s", "checkpoint": "%s", "beam": %s, "gpus": "%s", "max_tokens": %s, "max_update": %s, "spm_vocab": %s, "generate_seconds": %s}' \
