@@ -57,7 +57,7 @@ class AttentionHead(nn.Module):
         scores = torch.bmm(self.score_proj(queries), sources.transpose(1, 2))
         if source_padding_mask is not None:
             scores = scores.masked_fill(source_padding_mask.unsqueeze(1), float("-inf"))
-        weights = F.softmax(scores.float(), dim=-1).type_as(scores)
+        weights = F.softmax(scores if scores.dtype == torch.float64 else scores.float(), dim=-1).type_as(scores)
         return torch.bmm(weights, sources), weights
 
     def combine(self, queries: Tensor, context: Tensor, mask: Optional[Tensor] = None) -> Tensor:
