@@ -1,12 +1,15 @@
-"""``hybrid_lstm``'s options (a fairseq dataclass config) and their validation.
+"""``hybrid_lstm``'s options (a fairseq dataclass config), its presets and their validation.
 
-Option names reuse those of fairseq's ``lstm`` model where the two overlap. The field
-defaults are the ``hybrid_lstm`` preset (2+2 layers x 256 units); other presets live in
-``model.py`` as fairseq architectures.
+Option names reuse those of fairseq's ``lstm`` model where the two overlap. The sizes a
+preset owns (``PRESETS``) default to None in the dataclass, meaning "the preset's value":
+fairseq fills a config with the dataclass defaults before a preset function runs under
+``fairseq-hydra-train`` (and the preset fills only what is unset), so a concrete default
+would silently win over the preset. ``apply_preset`` fills the Nones; a value the user
+gave (command line, YAML key, Hydra override) is never None and always wins.
 """
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from fairseq.dataclass import FairseqDataclass
 from omegaconf import II
@@ -17,24 +20,38 @@ from .errors import require
 @dataclass
 class HybridLSTMConfig(FairseqDataclass):
     dropout: float = field(default=0.1, metadata={"help": "dropout probability"})
-    encoder_embed_dim: int = field(default=256, metadata={"help": "encoder embedding dimension"})
-    encoder_hidden_size: int = field(default=256, metadata={"help": "encoder hidden size"})
-    encoder_layers: int = field(default=2, metadata={"help": "number of encoder layers"})
+    encoder_embed_dim: Optional[int] = field(
+        default=None, metadata={"help": "encoder embedding dimension (default: the preset's)"}
+    )
+    encoder_hidden_size: Optional[int] = field(
+        default=None, metadata={"help": "encoder hidden size (default: the preset's)"}
+    )
+    encoder_layers: Optional[int] = field(
+        default=None, metadata={"help": "number of encoder layers (default: the preset's)"}
+    )
     encoder_dropout_in: Optional[float] = field(
         default=None,
         metadata={"help": "dropout on the encoder input embedding (default: --dropout)"},
     )
     encoder_dropout_out: Optional[float] = field(
         default=None,
-        metadata={"help": "dropout between encoder layers and on S (default: --dropout)"},
+        metadata={
+            "help": "dropout between encoder layers and on S (default: the preset's, else --dropout)"
+        },
     )
-    decoder_embed_dim: int = field(default=256, metadata={"help": "decoder embedding dimension"})
-    decoder_hidden_size: int = field(default=256, metadata={"help": "decoder hidden size"})
-    decoder_layers: int = field(
-        default=2, metadata={"help": "number of decoder layers (must equal --encoder-layers)"}
+    decoder_embed_dim: Optional[int] = field(
+        default=None, metadata={"help": "decoder embedding dimension (default: the preset's)"}
     )
-    decoder_out_embed_dim: int = field(
-        default=256, metadata={"help": "size of the combined state H_c fed to the output layer"}
+    decoder_hidden_size: Optional[int] = field(
+        default=None, metadata={"help": "decoder hidden size (default: the preset's)"}
+    )
+    decoder_layers: Optional[int] = field(
+        default=None,
+        metadata={"help": "number of decoder layers (must equal --encoder-layers; default: the preset's)"},
+    )
+    decoder_out_embed_dim: Optional[int] = field(
+        default=None,
+        metadata={"help": "size of the combined state H_c fed to the output layer (default: the preset's)"},
     )
     decoder_dropout_in: Optional[float] = field(
         default=None,
@@ -42,7 +59,9 @@ class HybridLSTMConfig(FairseqDataclass):
     )
     decoder_dropout_out: Optional[float] = field(
         default=None,
-        metadata={"help": "dropout between decoder layers and on H_c (default: --dropout)"},
+        metadata={
+            "help": "dropout between decoder layers and on H_c (default: the preset's, else --dropout)"
+        },
     )
     share_decoder_input_output_embed: bool = field(
         default=False, metadata={"help": "share decoder input and output embeddings"}
@@ -99,16 +118,46 @@ class HybridLSTMConfig(FairseqDataclass):
     max_target_positions: int = II("task.max_target_positions")
 
 
+BASE_PRESET = "hybrid_lstm"
+
+# The values each preset gives the options it owns when the user leaves them unset.
+# hybrid_lstm: small, for tests and the bundled sample; hybrid_lstm_wmt_en_de: fairseq's
+# lstm_luong_wmt_en_de sizes (4+4 layers x 1000) without input feeding, no dropout between
+# layers. A preset's missing entries come from hybrid_lstm.
+PRESETS: Dict[str, Dict[str, Any]] = {
+    BASE_PRESET: dict(
+        encoder_embed_dim=256, encoder_hidden_size=256, encoder_layers=2,
+        decoder_embed_dim=256, decoder_hidden_size=256, decoder_layers=2,
+        decoder_out_embed_dim=256,
+    ),
+    "hybrid_lstm_wmt_en_de": dict(
+        encoder_embed_dim=1000, encoder_hidden_size=1000, encoder_layers=4,
+        decoder_embed_dim=1000, decoder_hidden_size=1000, decoder_layers=4,
+        decoder_out_embed_dim=1000, encoder_dropout_out=0.0, decoder_dropout_out=0.0,
+    ),
+}
+
+
+def apply_preset(cfg: Any, preset: str) -> None:
+    """Give every option ``preset`` owns that is unset (missing or None) the preset's
+    value, then the same for hybrid_lstm's. ``cfg``: an argparse namespace, a dataclass
+    or an omegaconf config (which must accept the keys: struct configs hold them all)."""
+    for name in (preset, BASE_PRESET):
+        for key, value in PRESETS[name].items():
+            if getattr(cfg, key, None) is None:
+                setattr(cfg, key, value)
+
+
 def dropout_or_default(value: Optional[float], default: float) -> float:
     return default if value is None else value
 
 
 def effective(cfg: Any, name: str) -> Any:
-    """The option's value, or the preset default when the command line left it unset
-    (while fairseq parses, unset dataclass options are None)."""
+    """The option's value, or hybrid_lstm's default when it is unset (while fairseq
+    parses, unset dataclass options are missing or None)."""
     value = getattr(cfg, name, None)
     if value is None:
-        value = HybridLSTMConfig.__dataclass_fields__[name].default
+        value = PRESETS[BASE_PRESET].get(name, HybridLSTMConfig.__dataclass_fields__[name].default)
     return value
 
 

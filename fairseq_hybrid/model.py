@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 import logging
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from torch import nn
 
@@ -18,10 +18,14 @@ from fairseq.models import (
     register_model,
     register_model_architecture,
 )
-from fairseq.utils import safe_getattr
-
 from .checks import check_data_dir, check_state_dict, skip_overlong_interactive_input
-from .config import HybridLSTMConfig, dropout_or_default, validate_model_config
+from .config import (
+    BASE_PRESET,
+    HybridLSTMConfig,
+    apply_preset,
+    dropout_or_default,
+    validate_model_config,
+)
 from .decoder import HybridLSTMDecoder
 from .encoder import HybridLSTMEncoder
 from .engine import HybridEngine
@@ -137,6 +141,9 @@ class HybridLSTMModel(FairseqEncoderDecoderModel):
 
     @classmethod
     def build_model(cls, cfg: HybridLSTMConfig, task: Any) -> "HybridLSTMModel":
+        # fairseq calls no architecture function for the model's own name
+        # (``_name: hybrid_lstm`` under Hydra): its preset-owned sizes are still None
+        apply_preset(cfg, BASE_PRESET)
         validate_model_config(cfg)
         src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
         encoder_embed = embedding(len(src_dict), cfg.encoder_embed_dim, src_dict.pad())
@@ -180,30 +187,36 @@ class HybridLSTMModel(FairseqEncoderDecoderModel):
 
 
 def parse_time_checks(args: Any) -> None:
-    """Runs while fairseq parses the command line (fairseq calls the --arch function
-    there), so bad values stop the run before any file is touched."""
+    """Runs while fairseq-train parses the command line (fairseq calls the --arch function
+    there), so bad values stop the run before any file is touched. fairseq also calls an
+    architecture function from ``build_model`` with the model's config alone (a preset
+    named under fairseq-hydra-train): there are no run options to adapt then
+    (``hydra_callback`` adapted them before fairseq started)."""
     validate_model_config(args)
     check_data_dir(args)
     plan = check_plan_options(args)
-    adapt_fairseq_defaults(args, sum(1 for d in set(plan.devices) if d.type == "cuda"))
+    if hasattr(args, "distributed_world_size"):
+        adapt_fairseq_defaults(args, sum(1 for d in set(plan.devices) if d.type == "cuda"))
     from .criterion import validate_criterion_args
 
     validate_criterion_args(args)
 
 
+def preset_architecture(preset: str) -> Callable[[Any], None]:
+    def architecture(args: Any) -> None:
+        apply_preset(args, preset)
+        parse_time_checks(args)
+
+    architecture.__name__ = architecture.__qualname__ = preset
+    architecture.__doc__ = f"The {preset} preset (config.PRESETS), then the parse-time checks."
+    return architecture
+
+
 # register_model(..., dataclass=...) registers a no-op architecture under the model's own
-# name (its defaults come from the dataclass); swap in the parse-time checks.
-ARCH_CONFIG_REGISTRY[MODEL_NAME] = parse_time_checks
+# name; swap in the preset and the parse-time checks.
+ARCH_CONFIG_REGISTRY[MODEL_NAME] = preset_architecture(MODEL_NAME)
 
-
-@register_model_architecture(MODEL_NAME, "hybrid_lstm_wmt_en_de")
-def hybrid_lstm_wmt_en_de(args: Any) -> None:
-    """fairseq's ``lstm_luong_wmt_en_de`` sizes (4+4 layers x 1000) without input feeding."""
-    for name in ("encoder_embed_dim", "encoder_hidden_size", "decoder_embed_dim",
-                 "decoder_hidden_size", "decoder_out_embed_dim"):
-        setattr(args, name, safe_getattr(args, name, 1000))
-    args.encoder_layers = safe_getattr(args, "encoder_layers", 4)
-    args.decoder_layers = safe_getattr(args, "decoder_layers", 4)
-    args.encoder_dropout_out = safe_getattr(args, "encoder_dropout_out", 0.0)
-    args.decoder_dropout_out = safe_getattr(args, "decoder_dropout_out", 0.0)
-    parse_time_checks(args)
+# fairseq's lstm_luong_wmt_en_de sizes (4+4 layers x 1000) without input feeding.
+hybrid_lstm_wmt_en_de = register_model_architecture(MODEL_NAME, "hybrid_lstm_wmt_en_de")(
+    preset_architecture("hybrid_lstm_wmt_en_de")
+)
