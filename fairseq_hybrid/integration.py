@@ -1,5 +1,7 @@
 """Adapts fairseq's command-line defaults to a model that drives several devices from one
-process. Runs while fairseq parses the command line (from the ``--arch`` function):
+process. Runs while fairseq-train parses the command line (from the ``--arch`` function;
+``adapt_fairseq_defaults``) and, under fairseq-hydra-train, on the composed config before
+fairseq starts (from ``hydra_callback``; ``adapt_fairseq_config``):
 
 - one process per machine (or per GPU group), not fairseq's one process per visible GPU:
   with ``--hybrid-devices`` naming several GPUs and no explicit
@@ -73,3 +75,13 @@ def adapt_fairseq_defaults(args: Any, cuda_devices: int, argv: Optional[Sequence
     per_parameter_fp32_copies(args, cuda_devices)
     if hasattr(args, "ddp_backend"):
         data_parallel_backend(args, argv)
+
+
+def adapt_fairseq_config(cfg: Any, cuda_devices: int, argv: Sequence[str]) -> None:
+    """``adapt_fairseq_defaults`` for a composed fairseq config (``fairseq-hydra-train``),
+    whose options live in groups. ``argv``: the options the user set, as
+    ``--ddp-backend=VALUE`` (what ``explicit_option`` reads)."""
+    allow_cpu_bf16(cfg.common)
+    one_process_per_gpu_group(cfg.distributed_training, cuda_devices, argv)
+    per_parameter_fp32_copies(cfg.common, cuda_devices)
+    data_parallel_backend(cfg.distributed_training, argv)

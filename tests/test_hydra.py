@@ -1,0 +1,165 @@
+"""fairseq-hydra-train with the configs in recipes/config and with a user's own YAML: the
+presets hold (the same model as --arch), overrides work without '+', devices override,
+nothing is left in the repository root, a Hydra checkpoint resumes through fairseq-train and
+generates; bad values stop with one line before anything is written."""
+import re
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from cli import REPO, USER_DIR, prepared_sample, run_tool
+
+CONFIG_DIR = REPO / "recipes" / "config"
+CONFIGS = ("hybrid_lstm", "hybrid_lstm_wmt_en_de")
+# what fairseq-hydra-train (Hydra itself) would leave in the directory it runs from
+HYDRA_LEFTOVERS = (".hydra", "outputs", "multirun", "hydra_train.log")
+SMALL = [
+    f"model.{name}=32" for name in (
+        "encoder_embed_dim", "encoder_hidden_size", "decoder_embed_dim",
+        "decoder_hidden_size", "decoder_out_embed_dim",
+    )
+]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return prepared_sample(tmp_path_factory.mktemp("hydra"), train=200, valid=20, test=20)
+
+
+def hydra_train(config: str, overrides, check=True, config_dir: Path = CONFIG_DIR, flags=()):
+    """fairseq-hydra-train from the repository root, as the README shows it."""
+    return run_tool("fairseq-hydra-train", [
+        *flags, "--config-dir", str(config_dir), "--config-name", config, *overrides,
+    ], cwd=REPO, check=check)
+
+
+def params(log: str) -> int:
+    match = re.search(r"num\. shared model params: ([\d,]+)", log)
+    assert match, log[-3000:]
+    return int(match.group(1).replace(",", ""))
+
+
+def leftovers():
+    return sorted(name for name in HYDRA_LEFTOVERS if (REPO / name).exists())
+
+
+def test_every_model_option_is_one_key_of_each_config():
+    from fairseq_hybrid.config import HybridLSTMConfig
+
+    options = {f.name for f in fields(HybridLSTMConfig)} - {
+        "_name", "max_source_positions", "max_target_positions",  # task's keys, interpolated
+    }
+    for name in CONFIGS:
+        config = yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())
+        assert config["model"]["_name"] == name
+        assert options <= set(config["model"]), (name, options - set(config["model"]))
+        assert "pipeline_chunks" not in config.get("distributed_training", {}), name
+        assert config["hydra"]["run"]["dir"] == "${checkpoint.save_dir}"
+
+
+def test_sample_config_two_cpu_devices_resume_with_fairseq_train_and_generate(data, tmp_path):
+    save = tmp_path / "ckpt"
+    before = leftovers()
+    run = hydra_train("hybrid_lstm", [
+        f"task.data={data / 'bin'}", f"checkpoint.save_dir={save}", *SMALL,
+        'model.hybrid_devices="cpu,cpu"', "model.pipeline_chunks=3",
+        "optimization.max_update=3", "dataset.max_tokens=400", "common.log_interval=1",
+    ])
+    log = run.stdout + run.stderr
+    assert "hybrid placement: 2 device(s), 3 pipeline chunk(s)" in log, log[-3000:]
+    assert (save / "checkpoint_last.pt").is_file() and (save / "checkpoint_best.pt").is_file()
+    # Hydra's own files go to the save dir, none to the directory it ran from
+    assert leftovers() == before == []
+    saved = yaml.safe_load((save / ".hydra" / "config.yaml").read_text())
+    assert saved["model"]["hybrid_devices"] == "cpu,cpu"
+    assert saved["distributed_training"]["ddp_backend"] == "legacy_ddp"
+    assert (save / "hydra_train.log").is_file()
+    state = torch.load(save / "checkpoint_last.pt", weights_only=False)
+    model_cfg = state["cfg"]["model"]
+    assert (model_cfg["encoder_layers"], model_cfg["encoder_hidden_size"]) == (2, 32)
+    assert state["optimizer_history"][-1]["num_updates"] == 3
+
+    resumed = run_tool("fairseq-train", [
+        str(data / "bin"), "--user-dir", USER_DIR, "--arch", "hybrid_lstm",
+        "--encoder-embed-dim", "32", "--encoder-hidden-size", "32", "--decoder-embed-dim", "32",
+        "--decoder-hidden-size", "32", "--decoder-out-embed-dim", "32", "--share-all-embeddings", "--dropout", "0.3",
+        "--criterion", "hybrid_cross_entropy", "--label-smoothing", "0.1",
+        "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "0.003",
+        "--clip-norm", "1.0", "--max-tokens", "400", "--max-update", "5",
+        "--save-dir", str(save), "--no-epoch-checkpoints", "--num-workers", "0",
+    ], cwd=data)
+    log = resumed.stdout + resumed.stderr
+    assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ 3 updates\)", log), log[-3000:]
+    assert torch.load(save / "checkpoint_last.pt", weights_only=False)[
+        "optimizer_history"][-1]["num_updates"] == 5
+
+    gen = run_tool("fairseq-generate", [
+        str(data / "bin"), "--user-dir", USER_DIR, "--path", str(save / "checkpoint_last.pt"),
+        "--beam", "2", "--gen-subset", "test", "--batch-size", "8", "--max-len-b", "10",
+        "--required-batch-size-multiple", "1",
+    ], cwd=data)
+    assert len([l for l in gen.stdout.splitlines() if l.startswith("H-")]) == 20
+
+
+def test_wmt_config_trains_and_keeps_the_presets_other_values(data, tmp_path):
+    save = tmp_path / "ckpt"
+    hydra_train("hybrid_lstm_wmt_en_de", [
+        f"task.data={data / 'bin'}", f"checkpoint.save_dir={save}", *SMALL,
+        "model.encoder_layers=2", "model.decoder_layers=2", "model.hybrid_devices=cpu",
+        "optimization.max_update=2", "dataset.max_tokens=400", "checkpoint.save_interval_updates=1",
+    ])
+    assert (save / "checkpoint_last.pt").is_file() and (save / "checkpoint_1_2.pt").is_file()
+    assert leftovers() == []
+    model_cfg = torch.load(save / "checkpoint_last.pt", weights_only=False)["cfg"]["model"]
+    # the overrides win; what they left unset is the preset's (no dropout between layers)
+    assert (model_cfg["encoder_layers"], model_cfg["decoder_hidden_size"]) == (2, 32)
+    assert (model_cfg["encoder_dropout_out"], model_cfg["decoder_dropout_out"]) == (0.0, 0.0)
+    assert model_cfg["dropout"] == 0.2
+
+
+def test_wmt_preset_same_parameters_from_a_users_own_yaml_as_with_arch(data, tmp_path):
+    """A YAML naming only the preset (no sizes, no callback) builds the model that
+    `fairseq-train --arch hybrid_lstm_wmt_en_de` builds. One update on a tiny batch."""
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump({
+        "hydra": {"run": {"dir": str(tmp_path / "out")}},
+        "common": {"user_dir": USER_DIR},
+        "task": {"_name": "translation", "data": str(data / "bin")},
+        "model": {"_name": "hybrid_lstm_wmt_en_de"},
+        "criterion": {"_name": "hybrid_cross_entropy"},
+        "optimizer": {"_name": "adam"},
+        "lr_scheduler": {"_name": "fixed"},
+        "optimization": {"lr": [0.001], "max_update": 1},
+        "dataset": {"max_tokens": 60, "num_workers": 0},
+        "checkpoint": {"no_save": True},
+    }))
+    hydra = hydra_train("mine", [], config_dir=tmp_path)
+    arch = run_tool("fairseq-train", [
+        str(data / "bin"), "--user-dir", USER_DIR, "--arch", "hybrid_lstm_wmt_en_de",
+        "--criterion", "hybrid_cross_entropy", "--optimizer", "adam", "--lr", "0.001",
+        "--max-tokens", "60", "--max-update", "1", "--no-save", "--num-workers", "0",
+    ], cwd=data)
+    # 4+4 LSTM layers x 1000 alone hold 64M parameters (hybrid_lstm's 2+2 x 256: 2M)
+    assert params(hydra.stdout + hydra.stderr) == params(arch.stdout + arch.stderr) > 64_000_000
+
+
+@pytest.mark.parametrize("flags,overrides,message", [
+    ((), ['model.hybrid_devices="cpu,cuda:9"'], "--hybrid-devices 'cpu,cuda:9'"),
+    ((), ["distributed_training.pipeline_chunks=8"],
+     "distributed_training.pipeline_chunks 8 is not allowed: hybrid_lstm reads model.pipeline_chunks"),
+    ((), ["distributed_training.ddp_backend=pytorch_ddp"], "--ddp-backend pytorch_ddp is not allowed"),
+    (("--multirun",), ["common.seed=1,2"], "--multirun is not supported"),
+])
+def test_bad_values_stop_with_one_line_before_anything_is_written(data, tmp_path, flags, overrides, message):
+    save = tmp_path / "never"
+    proc = hydra_train("hybrid_lstm", [
+        f"task.data={data / 'bin'}", f"checkpoint.save_dir={save}", *overrides,
+    ], check=False, flags=flags)
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if "fairseq_hybrid: error:" in line]
+    assert len(errors) == 1 and message in errors[0], proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert not save.exists()
+    assert leftovers() == []
