@@ -2,7 +2,10 @@
 presets hold (the same model as --arch), overrides work without '+', devices override,
 nothing is left in the repository root, a Hydra checkpoint resumes through fairseq-train and
 generates; bad values stop with one line before anything is written."""
+import os
 import re
+import shutil
+import subprocess
 from dataclasses import fields
 from pathlib import Path
 
@@ -10,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from cli import REPO, USER_DIR, prepared_sample, run_tool
+from cli import BIN, REPO, USER_DIR, prepared_sample, run_tool
 
 CONFIG_DIR = REPO / "recipes" / "config"
 CONFIGS = ("hybrid_lstm", "hybrid_lstm_wmt_en_de")
@@ -76,6 +79,7 @@ def test_sample_config_two_cpu_devices_resume_with_fairseq_train_and_generate(da
     saved = yaml.safe_load((save / ".hydra" / "config.yaml").read_text())
     assert saved["model"]["hybrid_devices"] == "cpu,cpu"
     assert saved["distributed_training"]["ddp_backend"] == "legacy_ddp"
+    assert saved["common"]["user_dir"] == USER_DIR  # the YAML's null, filled by the callback
     assert (save / "hydra_train.log").is_file()
     state = torch.load(save / "checkpoint_last.pt", weights_only=False)
     model_cfg = state["cfg"]["model"]
@@ -163,3 +167,100 @@ def test_bad_values_stop_with_one_line_before_anything_is_written(data, tmp_path
     assert "Traceback" not in proc.stderr
     assert not save.exists()
     assert leftovers() == []
+
+
+def composed(config: str, overrides):
+    """The config fairseq-hydra-train composes (without running it)."""
+    from fairseq.dataclass.initialize import hydra_init
+    from hydra import compose, initialize_config_dir
+
+    hydra_init(config)
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        return compose(config, overrides=list(overrides))
+
+
+def test_adaptations_for_several_gpus_on_the_composed_config(monkeypatch):
+    """What the callback does before fairseq spawns anything, as on a 4-GPU machine (whose
+    fairseq default world size is 4): one process, per-parameter fp32 copies under fp16;
+    a world size the user chose stays."""
+    from fairseq.dataclass.configs import DistributedTrainingConfig
+    from omegaconf import open_dict
+
+    from fairseq_hybrid.hydra_callback import explicit_options
+    from fairseq_hybrid.integration import adapt_fairseq_config
+
+    monkeypatch.setattr(DistributedTrainingConfig.__dataclass_fields__["distributed_world_size"], "default", 4)
+    overrides = ["task.data=x", "common.fp16=true"]
+    cfg = composed("hybrid_lstm_wmt_en_de", overrides)
+    with open_dict(cfg):
+        cfg.distributed_training.distributed_world_size = 4
+        adapt_fairseq_config(cfg, cuda_devices=4, argv=explicit_options(cfg, overrides))
+    assert cfg.distributed_training.distributed_world_size == 1
+    assert cfg.distributed_training.ddp_backend == "legacy_ddp"
+    assert cfg.common.fp16_no_flatten_grads is True
+
+    overrides = ["task.data=x", "distributed_training.distributed_world_size=2"]
+    cfg = composed("hybrid_lstm_wmt_en_de", overrides)
+    argv = explicit_options(cfg, overrides)
+    assert "--distributed-world-size=2" in argv
+    with open_dict(cfg):
+        adapt_fairseq_config(cfg, cuda_devices=4, argv=argv)
+    assert cfg.distributed_training.distributed_world_size == 2
+    assert cfg.common.fp16_no_flatten_grads is False
+
+
+def recipe(script: str, stage: str, env, timeout: int = 300) -> subprocess.CompletedProcess:
+    full = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}",
+                PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", **env)
+    full.pop("CUDA_VISIBLE_DEVICES", None)
+    return subprocess.run(["bash", str(REPO / "recipes" / script), stage], cwd=REPO, env=full,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def binarized(data: Path, dest: Path) -> Path:
+    """``data``'s binarized sample as a finished binarize stage under ``dest``."""
+    shutil.copytree(data / "bin", dest)
+    (dest / ".done").write_text("test\n")
+    return dest
+
+
+def test_wmt_recipe_trains_through_hydra(data, tmp_path):
+    work = tmp_path / "wmt"
+    binarized(data, work / "bin")
+    tiny = " ".join([*SMALL, "model.encoder_layers=2", "model.decoder_layers=2"])
+    proc = recipe("wmt14_en_de/run.sh", "train", {
+        "FRONTEND": "hydra", "DATA_DIR": str(work), "GPUS": "cpu,cpu", "MAX_TOKENS": "400",
+        "MAX_UPDATE": "4", "SAVE_INTERVAL": "2", "LOG_INTERVAL": "1", "EXTRA_TRAIN_ARGS": tiny,
+    })
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    save = work / "checkpoints" / "hybrid_lstm_wmt_en_de"
+    assert (save / ".done").is_file() and (save / "checkpoint_last.pt").is_file()
+    assert "(fairseq-hydra-train)" in proc.stderr and "4/4 updates" in proc.stderr, proc.stderr[-3000:]
+    saved = yaml.safe_load((save / ".hydra" / "config.yaml").read_text())
+    assert saved["model"]["hybrid_devices"] == "cpu,cpu"
+    assert saved["optimization"]["max_update"] == 4 and saved["model"]["encoder_layers"] == 2
+    assert leftovers() == []
+
+
+def test_sample_recipe_trains_through_hydra(data, tmp_path):
+    work = tmp_path / "sample"
+    binarized(data, work / "bin")
+    proc = recipe("sample/run.sh", "train", {
+        "FRONTEND": "hydra", "WORK": str(work), "TRAIN_MINUTES": "0.05", "MAX_TOKENS": "400",
+        "DEVICE_ARGS": " ".join(SMALL),
+    })
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    save = work / "checkpoints"
+    assert (save / ".done").is_file() and (save / "checkpoint_best.pt").is_file()
+    assert "[train][INFO]" in proc.stderr  # the recipe's filter shows Hydra's log lines
+    assert yaml.safe_load((save / ".hydra" / "config.yaml").read_text())["model"]["dropout"] == 0.3
+
+
+@pytest.mark.parametrize("env,message", [
+    ({"FRONTEND": "hydra", "ARCH": "lstm_luong_wmt_en_de"},
+     "error: FRONTEND=hydra trains the hybrid models"),
+    ({"FRONTEND": "yaml"}, "error: FRONTEND='yaml': use cli (fairseq-train) or hydra"),
+])
+def test_recipe_frontend_settings_checked(env, message, tmp_path):
+    proc = recipe("wmt14_en_de/run.sh", "train", {"DATA_DIR": str(tmp_path), "GPUS": "cpu", **env})
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith(message), proc.stderr

@@ -42,3 +42,9 @@ require_done() {
 require_tool() {
   command -v "$1" >/dev/null 2>&1 || die "'$1' not found on PATH: run 'make install' and use .venv/bin (or 'make demo')"
 }
+
+# hydra_quote VALUE: VALUE as one quoted string for a Hydra command-line override
+# (key=VALUE): commas, spaces and brackets stay part of it.
+hydra_quote() {
+  printf "'%s'" "${1//\'/\\\'}"
+}

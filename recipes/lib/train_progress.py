@@ -1,5 +1,6 @@
-"""Filter fairseq-train's log for the recipes: pass through progress, validation and error
-lines, and add an ETA to each progress line from the update rate seen so far.
+"""Filter fairseq-train's (or fairseq-hydra-train's) log for the recipes: pass through
+progress, validation and error lines, and add an ETA to each progress line from the update
+rate seen so far.
 
     fairseq-train ... 2>&1 | tee train.log | python -u recipes/lib/train_progress.py --max-update N
 """
@@ -10,7 +11,10 @@ import re
 import sys
 import time
 
-SHOW = re.compile(r"\| INFO \| (train_inner|train|valid) \||done training|Error|error:|Traceback")
+SHOW = re.compile(
+    r"\| INFO \| (train_inner|train|valid) \||\]\[(train_inner|train|valid)\]\[INFO\]|"  # cli|hydra
+    r"done training|Error|error:|Traceback"
+)
 UPDATES = re.compile(r"num_updates[ =](\d+)")
 
 

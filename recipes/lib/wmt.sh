@@ -39,6 +39,7 @@ wmt_settings() {
   LOG_INTERVAL=${LOG_INTERVAL:-100}
   SEED=${SEED:-1}
   EXTRA_TRAIN_ARGS=${EXTRA_TRAIN_ARGS:-}
+  FRONTEND=${FRONTEND:-cli}
   CHECKPOINT=${CHECKPOINT:-avg}
   AVG_N=${AVG_N:-5}
   BEAM=${BEAM:-5}
@@ -72,6 +73,9 @@ wmt_validate() {
   done
   case "$ARCH" in hybrid_lstm_wmt_en_de|hybrid_lstm|lstm_luong_wmt_en_de|lstm) ;;
     *) die "ARCH='$ARCH': use hybrid_lstm_wmt_en_de (default), lstm_luong_wmt_en_de (the input-feeding baseline), hybrid_lstm or lstm" ;; esac
+  case "$FRONTEND" in cli) ;;
+    hydra) is_hybrid || die "FRONTEND=hydra trains the hybrid models (recipes/config/hybrid_lstm_wmt_en_de.yaml): ARCH='$ARCH' needs FRONTEND=cli" ;;
+    *) die "FRONTEND='$FRONTEND': use cli (fairseq-train) or hydra (fairseq-hydra-train)" ;; esac
   case "$CHECKPOINT" in best|last|avg) ;;
     *) die "CHECKPOINT='$CHECKPOINT': use best, last or avg (average of the last AVG_N saved)" ;; esac
   case "$MIRROR" in ""|file://*|http://*|https://*) ;;
@@ -98,7 +102,8 @@ wmt_validate() {
   if [ "$DRY_RUN" != 1 ]; then
     require_tool python
     case "$stage" in binarize|train|generate|all)
-      for name in fairseq-preprocess fairseq-train fairseq-generate; do require_tool "$name"; done ;;
+      for name in fairseq-preprocess fairseq-train fairseq-generate; do require_tool "$name"; done
+      [ "$FRONTEND" = cli ] || require_tool fairseq-hydra-train ;;
     esac
     if [ "$DEVICE_KIND" = cuda ] && { [ "$stage" = train ] || [ "$stage" = all ] || [ "$stage" = generate ]; }; then
       local have; have=$(python -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
@@ -244,27 +249,44 @@ device_env() {   # the baseline, and generation, run on one GPU: the first of GP
   fi
 }
 
+# The training command (before EXTRA_TRAIN_ARGS) for FRONTEND=cli or hydra, in TRAIN_CMD.
+train_command() {
+  local out=$1 bin=$2 criterion
+  if [ "$FRONTEND" = hydra ]; then   # recipes/config/hybrid_lstm_wmt_en_de.yaml holds the rest
+    TRAIN_CMD=(fairseq-hydra-train --config-dir "$ROOT/recipes/config" --config-name hybrid_lstm_wmt_en_de
+      "task.data=$(hydra_quote "$bin")" "checkpoint.save_dir=$(hydra_quote "$out")" "model._name=$ARCH"
+      "model.hybrid_devices=$(hydra_quote "$DEVICES")" "common.cpu=$([ "$DEVICE_KIND" = cpu ] && echo true || echo false)"
+      "criterion.label_smoothing=$LABEL_SMOOTHING" "model.dropout=$DROPOUT" "optimization.lr=[$LR]"
+      "optimization.clip_norm=$CLIP_NORM" "dataset.max_tokens=$MAX_TOKENS" "optimization.max_update=$MAX_UPDATE"
+      "checkpoint.save_interval_updates=$SAVE_INTERVAL" "checkpoint.keep_interval_updates=$AVG_N"
+      "common.seed=$SEED" "common.log_interval=$LOG_INTERVAL")
+    return
+  fi
+  if is_hybrid; then criterion="hybrid_cross_entropy"; else criterion="label_smoothed_cross_entropy"; fi
+  # shellcheck disable=SC2046
+  TRAIN_CMD=(fairseq-train "$bin" --user-dir "$USER_DIR"
+    --arch "$ARCH" --criterion "$criterion" --label-smoothing "$LABEL_SMOOTHING"
+    --dropout "$DROPOUT" --optimizer adam --lr "$LR"
+    --lr-scheduler reduce_lr_on_plateau --lr-shrink 0.5 --clip-norm "$CLIP_NORM"
+    --max-tokens "$MAX_TOKENS" --max-update "$MAX_UPDATE" --required-batch-size-multiple 1
+    --save-dir "$out" --no-epoch-checkpoints --save-interval-updates "$SAVE_INTERVAL"
+    --keep-interval-updates "$AVG_N" --skip-invalid-size-inputs-valid-test
+    --seed "$SEED" --log-format simple --log-interval "$LOG_INTERVAL" $(device_args train))
+}
+
 train_stage() {
-  local out=$SAVE_DIR bin=$DATA_DIR/bin criterion
+  local out=$SAVE_DIR bin=$DATA_DIR/bin
   stage_needed "train ($ARCH)" "$out" || return 0
   require_done train "$bin" "the binarize stage"
   [ "${FORCE:-0}" = "1" ] && rm -rf "$out"
   mkdir -p "$out"   # no .tmp: an interrupted training resumes from checkpoint_last.pt
-  if is_hybrid; then criterion="hybrid_cross_entropy"; else criterion="label_smoothed_cross_entropy"; fi
   [ -f "$out/checkpoint_last.pt" ] && log "train: resuming from $out/checkpoint_last.pt"
-  log "train: $ARCH on $GPUS ($(device_args train)), max $MAX_TOKENS tokens a batch, $MAX_UPDATE updates"
+  train_command "$out" "$bin"
+  log "train: $ARCH on $GPUS ($(device_args train)), max $MAX_TOKENS tokens a batch, $MAX_UPDATE updates (${TRAIN_CMD[0]})"
   # shellcheck disable=SC2046,SC2086
-  if ! env $(device_env train) PYTHONUNBUFFERED=1 fairseq-train "$bin" --user-dir "$USER_DIR" \
-      --arch "$ARCH" --criterion "$criterion" --label-smoothing "$LABEL_SMOOTHING" \
-      --dropout "$DROPOUT" --optimizer adam --lr "$LR" \
-      --lr-scheduler reduce_lr_on_plateau --lr-shrink 0.5 --clip-norm "$CLIP_NORM" \
-      --max-tokens "$MAX_TOKENS" --max-update "$MAX_UPDATE" --required-batch-size-multiple 1 \
-      --save-dir "$out" --no-epoch-checkpoints --save-interval-updates "$SAVE_INTERVAL" \
-      --keep-interval-updates "$AVG_N" --skip-invalid-size-inputs-valid-test \
-      --seed "$SEED" --log-format simple --log-interval "$LOG_INTERVAL" \
-      $(device_args train) $EXTRA_TRAIN_ARGS 2>&1 | tee -a "$out/train.log" \
+  if ! env $(device_env train) PYTHONUNBUFFERED=1 "${TRAIN_CMD[@]}" $EXTRA_TRAIN_ARGS 2>&1 | tee -a "$out/train.log" \
       | python -u "$LIB/train_progress.py" --max-update "$MAX_UPDATE"; then
-    die "train: fairseq-train failed: $(grep -E 'error|Error' "$out/train.log" | tail -1) (log: $out/train.log)"
+    die "train: ${TRAIN_CMD[0]} failed: $(grep -E 'error|Error' "$out/train.log" | tail -1) (log: $out/train.log)"
   fi
   [ -f "$out/checkpoint_last.pt" ] || die "train: no checkpoint_last.pt in $out (log: $out/train.log)"
   date -u +%Y-%m-%dT%H:%M:%SZ > "$out/.done"
@@ -339,7 +361,12 @@ dry_run() {
       clean) echo "clean     [$(plan_status "$DATA_DIR/clean")] sacremoses punctuation normalisation; drop empty, > $MAX_WORDS words, ratio > $MAX_RATIO, duplicates" ;;
       spm) echo "spm       [$(plan_status "$DATA_DIR/spm")] sentencepiece joint $SPM_VOCAB pieces on <= $SPM_SAMPLE sentences; drop pairs > $MAX_SUBWORDS subwords" ;;
       binarize) echo "binarize  [$(plan_status "$DATA_DIR/bin")] fairseq-preprocess --joined-dictionary --workers $WORKERS" ;;
-      train) echo "train     [$(plan_status "$SAVE_DIR")] $(device_env train) fairseq-train --arch $ARCH $(device_args train) --max-tokens $MAX_TOKENS --max-update $MAX_UPDATE -> $SAVE_DIR" ;;
+      train)
+        if [ "$FRONTEND" = hydra ]; then
+          echo "train     [$(plan_status "$SAVE_DIR")] fairseq-hydra-train --config-name hybrid_lstm_wmt_en_de model._name=$ARCH model.hybrid_devices='$DEVICES' dataset.max_tokens=$MAX_TOKENS optimization.max_update=$MAX_UPDATE -> $SAVE_DIR"
+        else
+          echo "train     [$(plan_status "$SAVE_DIR")] $(device_env train) fairseq-train --arch $ARCH $(device_args train) --max-tokens $MAX_TOKENS --max-update $MAX_UPDATE -> $SAVE_DIR"
+        fi ;;
       generate) echo "generate  [$(plan_status "$GEN_DIR")] fairseq-generate --beam $BEAM, $CHECKPOINT checkpoint -> $GEN_DIR" ;;
       score) echo "score     sacreBLEU + tokenized BLEU -> $RESULT_JSON" ;;
     esac

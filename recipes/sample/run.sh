@@ -8,7 +8,9 @@
 # Each stage skips when its output is complete; FORCE=1 redoes it.
 # Settings (environment): WORK (work/sample), RESULTS (results/sample), SPM_VOCAB (3000),
 # TRAIN_MINUTES (15), MAX_TOKENS (2000), LR (0.003), DROPOUT (0.3), BEAM (5), SEED (1),
-# DEVICE_ARGS (extra fairseq-train options, e.g. "--cpu").
+# FRONTEND (cli: fairseq-train; hydra: fairseq-hydra-train with recipes/config/hybrid_lstm.yaml),
+# DEVICE_ARGS (extra training options: fairseq-train's, e.g. "--cpu", or with
+# FRONTEND=hydra Hydra overrides, e.g. "common.cpu=true").
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 . "$ROOT/recipes/lib/stage.sh"
@@ -23,6 +25,7 @@ LR=${LR:-0.003}
 DROPOUT=${DROPOUT:-0.3}
 BEAM=${BEAM:-5}
 SEED=${SEED:-1}
+FRONTEND=${FRONTEND:-cli}
 DEVICE_ARGS=${DEVICE_ARGS:-}
 USER_DIR=$ROOT/fairseq_hybrid
 STAGE=${1:-all}
@@ -30,7 +33,10 @@ STAGE=${1:-all}
 case "$STAGE" in all|spm|binarize|train|generate|score) ;;
   *) die "unknown stage '$STAGE': use all, spm, binarize, train, generate or score" ;;
 esac
-for tool in python fairseq-preprocess fairseq-train fairseq-generate; do require_tool "$tool"; done
+case "$FRONTEND" in cli) TRAIN_TOOL=fairseq-train ;; hydra) TRAIN_TOOL=fairseq-hydra-train ;;
+  *) die "FRONTEND='$FRONTEND': use cli (fairseq-train) or hydra (fairseq-hydra-train)" ;;
+esac
+for tool in python fairseq-preprocess "$TRAIN_TOOL" fairseq-generate; do require_tool "$tool"; done
 python - "$TRAIN_MINUTES" "$SPM_VOCAB" "$MAX_TOKENS" <<'PY' || exit 1
 import sys
 minutes, vocab, tokens = sys.argv[1:4]
@@ -77,15 +83,25 @@ train_stage() {
   mkdir -p "$out"   # no .tmp here: an interrupted training resumes from checkpoint_last.pt
   log "train: hybrid_lstm (2+2 x 256) for ${TRAIN_MINUTES} min on $WORK/bin"
   local hours; hours=$(python -c "print($TRAIN_MINUTES / 60)")
-  PYTHONUNBUFFERED=1 fairseq-train "$WORK/bin" --user-dir "$USER_DIR" \
-    --arch hybrid_lstm --share-all-embeddings --dropout "$DROPOUT" \
-    --criterion hybrid_cross_entropy --label-smoothing 0.1 \
-    --optimizer adam --adam-betas '(0.9, 0.98)' --lr "$LR" --clip-norm 1.0 \
-    --max-tokens "$MAX_TOKENS" --stop-time-hours "$hours" --max-epoch 200 \
-    --save-dir "$out" --no-epoch-checkpoints --save-interval-updates 500 --keep-interval-updates 1 \
-    --required-batch-size-multiple 1 --num-workers 0 --seed "$SEED" \
-    --log-format simple --log-interval 100 $DEVICE_ARGS 2>&1 | tee "$out/train.log" \
-    | grep --line-buffered -E "\| INFO \| (train_inner|train|valid) \||done training|Error|error" >&2
+  local train=()
+  if [ "$FRONTEND" = hydra ]; then   # the same settings, from recipes/config/hybrid_lstm.yaml
+    train=(fairseq-hydra-train --config-dir "$ROOT/recipes/config" --config-name hybrid_lstm
+      "task.data=$(hydra_quote "$WORK/bin")" "checkpoint.save_dir=$(hydra_quote "$out")"
+      "model.dropout=$DROPOUT" "optimization.lr=[$LR]" "dataset.max_tokens=$MAX_TOKENS"
+      "optimization.stop_time_hours=$hours" "common.seed=$SEED")
+  else
+    train=(fairseq-train "$WORK/bin" --user-dir "$USER_DIR"
+      --arch hybrid_lstm --share-all-embeddings --dropout "$DROPOUT"
+      --criterion hybrid_cross_entropy --label-smoothing 0.1
+      --optimizer adam --adam-betas '(0.9, 0.98)' --lr "$LR" --clip-norm 1.0
+      --max-tokens "$MAX_TOKENS" --stop-time-hours "$hours" --max-epoch 200
+      --save-dir "$out" --no-epoch-checkpoints --save-interval-updates 500 --keep-interval-updates 1
+      --required-batch-size-multiple 1 --num-workers 0 --seed "$SEED"
+      --log-format simple --log-interval 100)
+  fi
+  # shellcheck disable=SC2086
+  PYTHONUNBUFFERED=1 "${train[@]}" $DEVICE_ARGS 2>&1 | tee "$out/train.log" \
+    | grep --line-buffered -E "\| INFO \| (train_inner|train|valid) \||\]\[(train_inner|train|valid)\]\[INFO\]|done training|Error|error" >&2
   [ -f "$out/checkpoint_best.pt" ] || die "train: no checkpoint_best.pt in $out (see $out/train.log)"
   date -u +%Y-%m-%dT%H:%M:%SZ > "$out/.done"
   log "train: done -> $out"
