@@ -28,8 +28,8 @@ def read_hypotheses(path: str, expected: int) -> list[str]:
     if missing:
         sys.exit(
             f"score.py: error: {len(missing)} of {expected} sentences have no hypothesis in "
-            f"{path} (first: {missing[:5]}); did fairseq-generate run with "
-            "--required-batch-size-multiple 1?"
+            f"{path} (first: {missing[:5]}); did fairseq-generate run without --user-dir "
+            "fairseq_hybrid and without --required-batch-size-multiple 1 (fairseq #5036)?"
         )
     return [hypotheses[i] for i in range(expected)]
 
