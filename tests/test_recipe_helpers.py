@@ -1,9 +1,13 @@
 """The recipe helpers: scoring refuses incomplete generate output and writes its JSON
-atomically; sentencepiece training rejects bad values."""
+atomically; tokenized BLEU equals the perl reference procedure; sentencepiece training
+rejects bad values."""
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -40,3 +44,52 @@ def test_spm_rejects_a_tiny_vocabulary(tmp_path):
     (tmp_path / "a.txt").write_text("hello world\n")
     proc = run("spm.py", "train", "--vocab", "5", "--model-prefix", "m", "a.txt", cwd=tmp_path)
     assert proc.returncode != 0 and "--vocab 5 is too small" in proc.stderr
+
+
+def hyphen_rich(lines, every):
+    """Join every ``every``-th pair of neighbouring words with a hyphen."""
+    out = []
+    for line in lines:
+        words = line.split()
+        out.append(" ".join(w + ("-" if i % every == every - 1 and i + 1 < len(words) else " ")
+                            for i, w in enumerate(words)).replace("- ", "-").strip())
+    return out
+
+
+def test_compound_split_is_perls_one_pass():
+    sys.path.insert(0, str(REPO / "recipes" / "lib"))
+    from wmt_score import compound_split
+
+    assert compound_split("E-Mail-Adresse") == "E ##AT##-##AT## Mail ##AT##-##AT## Adresse"
+    assert compound_split("1-2-3") == "1 ##AT##-##AT## 2-3"
+
+
+@pytest.mark.skipif(shutil.which("perl") is None, reason="needs perl (the reference one-liner)")
+def test_tokenized_bleu_equals_the_perl_reference_procedure(tmp_path):
+    """tensor2tensor's get_ende_bleu.sh: Moses-tokenize, then the perl compound split once,
+    then BLEU on the tokens; on a hyphen-rich text (where a second pass inflated it)."""
+    import sacrebleu
+    from sacremoses import MosesTokenizer
+
+    sample = (REPO / "data" / "ende-sample" / "test.de").read_text(encoding="utf-8").splitlines()[:200]
+    refs = hyphen_rich(sample, 3)
+    hyps = hyphen_rich([" ".join(w if i % 5 else "x-y" for i, w in enumerate(l.split())) for l in sample], 2)
+    (tmp_path / "ref.de").write_text("\n".join(refs) + "\n", encoding="utf-8")
+    (tmp_path / "gen.out").write_text("".join(f"D-{i}\t-0.1\t{h}\n" for i, h in enumerate(hyps)),
+                                      encoding="utf-8")
+    proc = run("wmt_score.py", "--generate-output", "gen.out", "--reference", "ref.de",
+               "--json", "x.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    ours = json.loads((tmp_path / "x.json").read_text())["tokenized_bleu"]
+
+    tokenizer = MosesTokenizer(lang="de")
+
+    def perl_split(lines):
+        tokens = "".join(tokenizer.tokenize(l, return_str=True, escape=True) + "\n" for l in lines)
+        return subprocess.run(["perl", "-ple", r"s{(\S)-(\S)}{$1 ##AT##-##AT## $2}g"], input=tokens,
+                              capture_output=True, text=True, check=True).stdout.splitlines()
+
+    reference = sacrebleu.BLEU(tokenize="none", smooth_method="none", force=True).corpus_score(
+        perl_split(hyps), [perl_split(refs)]).score
+    assert sum(r.count("-") for r in refs) > 200
+    assert ours == round(reference, 2)

@@ -28,14 +28,17 @@ from score import detokenized_scores, read_hypotheses, read_lines, write_json
 COMPOUND = re.compile(r"(\S)-(\S)")
 
 
+def compound_split(text: str) -> str:
+    """``perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'`` (tensor2tensor's get_ende_bleu.sh,
+    fairseq's compound_split_bleu.sh), applied once: matches do not overlap, left to right,
+    so ``E-Mail-Adresse`` splits at both hyphens but ``1-2-3`` only at the first. A second
+    pass would split the hyphen inside the ``##AT##-##AT##`` just inserted and inflate BLEU."""
+    return COMPOUND.sub(r"\1 ##AT##-##AT## \2", text)
+
+
 def tokenize_for_bleu(lines: List[str], lang: str) -> List[str]:
     tokenizer = MosesTokenizer(lang=lang)
-    out = []
-    for line in lines:
-        text = tokenizer.tokenize(line, return_str=True, escape=True)
-        # applied twice so that 'a-b-c' splits fully, as perl's global match does not overlap
-        out.append(COMPOUND.sub(r"\1 ##AT##-##AT## \2", COMPOUND.sub(r"\1 ##AT##-##AT## \2", text)))
-    return out
+    return [compound_split(tokenizer.tokenize(line, return_str=True, escape=True)) for line in lines]
 
 
 def main() -> None:
