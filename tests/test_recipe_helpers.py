@@ -93,3 +93,37 @@ def test_tokenized_bleu_equals_the_perl_reference_procedure(tmp_path):
         perl_split(hyps), [perl_split(refs)]).score
     assert sum(r.count("-") for r in refs) > 200
     assert ours == round(reference, 2)
+
+
+def test_clean_keeps_pairs_aligned_across_a_carriage_return_and_removes_non_printing(tmp_path):
+    (tmp_path / "in.en").write_bytes("One\rtwo.\nThree.\nFour\x01five\u200bsix\tseven.\n".encode())
+    (tmp_path / "in.de").write_bytes("Eins zwei.\nDrei.\nVier fünf sechs sieben.\n".encode())
+    for extra in ([], ["--filter"]):
+        proc = run("clean.py", "text", "--src", "in.en", "--tgt", "in.de", "--out-prefix", "out", *extra,
+                   cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert "kept 3 of 3 pairs" in proc.stderr
+        assert (tmp_path / "out.en").read_bytes().decode() == "One two.\nThree.\nFour five six seven.\n"
+        assert (tmp_path / "out.de").read_bytes().decode() == "Eins zwei.\nDrei.\nVier fünf sechs sieben.\n"
+
+
+def test_spm_encode_writes_one_line_per_input_line(tmp_path):
+    sample = REPO / "data" / "ende-sample" / "train.en"
+    proc = run("spm.py", "train", "--vocab", "200", "--model-prefix", "m", "--threads", "1", str(sample),
+               cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (tmp_path / "in.en").write_bytes(b"Good\rmorning.\nHello.\n")
+    proc = run("spm.py", "encode", "--model", "m.model", "in.en", "out.en", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = (tmp_path / "out.en").read_bytes().decode()
+    assert out.count("\n") == 2 and "\r" not in out
+
+
+def test_score_reads_a_reference_with_a_carriage_return_as_one_line(tmp_path):
+    (tmp_path / "ref.de").write_bytes(b"Das ist\rgut.\nEr ist da.\r\n")
+    (tmp_path / "gen.out").write_text("D-1\t-0.5\tEr ist da.\nD-0\t-0.1\tDas ist gut.\n")
+    proc = run("score.py", "--generate-output", "gen.out", "--reference", "ref.de",
+               "--json", "bleu.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "bleu.json").read_text())
+    assert result["sentences"] == 2 and result["bleu"] == 100.0

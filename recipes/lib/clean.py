@@ -5,12 +5,17 @@
     python recipes/lib/clean.py subwords --src IN.en --tgt IN.de --out-prefix OUT \
         [--max-subwords 250 --stats stats.json]
 
-``text`` normalises punctuation with sacremoses (Moses' normalize-punctuation.perl) and,
+``text`` normalises punctuation with sacremoses (Moses' normalize-punctuation.perl), turns
+every non-printing character (Unicode category C: ``\r``, tabs, zero-width spaces, ...) into
+a space as Moses' remove-non-printing-char.perl does (fairseq's WMT recipes run both) and,
 with ``--filter`` (training data only; dev and test keep every line), drops empty pairs,
 pairs with a side longer than ``--max-words`` words, pairs whose word-length ratio is above
 ``--max-ratio``, and repeated pairs. ``subwords`` drops sentencepiece-encoded pairs with a
 side longer than ``--max-subwords`` pieces. Both print how many pairs were kept and why the
 others were dropped (and write it to ``--stats``); outputs are renamed into place at the end.
+
+Lines end at ``\n`` only (files are opened with ``newline="\n"``): with Python's universal
+newlines a ``\r`` inside a line would split it and pair every later line with the wrong one.
 """
 from __future__ import annotations
 
@@ -23,13 +28,27 @@ import tempfile
 from collections import Counter
 from typing import Callable, Dict, Optional, Tuple
 
+import regex
 from sacremoses import MosesPunctNormalizer
 from tqdm import tqdm
 
+NON_PRINTING = regex.compile(r"\p{C}")  # remove-non-printing-char.perl: s/\p{C}/ /g
+SPACES = regex.compile(r" {2,}")
+
 
 def count_lines(path: str) -> int:
+    """Lines as ``open(path, newline="\n")`` yields them (a last line without ``\n`` counts)."""
+    count, last = 0, b"\n"
     with open(path, "rb") as handle:
-        return sum(block.count(b"\n") for block in iter(lambda: handle.read(1 << 20), b""))
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            count += block.count(b"\n")
+            last = block[-1:]
+    return count + (last != b"\n")
+
+
+def printable(text: str) -> str:
+    """Every non-printing character (``\r`` included) as a space, runs of spaces as one."""
+    return SPACES.sub(" ", NON_PRINTING.sub(" ", text)).strip()
 
 
 Rule = Callable[[str, str], Tuple[Optional[str], str, str]]
@@ -45,10 +64,12 @@ def run(src: str, tgt: str, out_prefix: str, rule: Rule, stats_path: Optional[st
     directory = os.path.dirname(os.path.abspath(out_prefix))
     os.makedirs(directory, exist_ok=True)
     src_lang, tgt_lang = src.rsplit(".", 1)[1], tgt.rsplit(".", 1)[1]
-    with open(src, encoding="utf-8", errors="replace") as fs, \
-            open(tgt, encoding="utf-8", errors="replace") as ft, \
-            tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=directory, delete=False) as os_, \
-            tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=directory, delete=False) as ot, \
+    with open(src, encoding="utf-8", errors="replace", newline="\n") as fs, \
+            open(tgt, encoding="utf-8", errors="replace", newline="\n") as ft, \
+            tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=directory, delete=False,
+                                        newline="\n") as os_, \
+            tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=directory, delete=False,
+                                        newline="\n") as ot, \
             tqdm(total=total, unit=" pairs", desc=what, file=sys.stderr, mininterval=10,
                  disable=total < 100_000) as bar:
         for s, t in zip(fs, ft):
@@ -58,6 +79,11 @@ def run(src: str, tgt: str, out_prefix: str, rule: Rule, stats_path: Optional[st
                 os_.write(s + "\n")
                 ot.write(t + "\n")
             bar.update(1)
+    if sum(counts.values()) != total:  # the line counts and the pairs read must agree
+        os.unlink(os_.name)
+        os.unlink(ot.name)
+        sys.exit(f"clean.py: error: read {sum(counts.values()):,} pairs from {src} and {tgt}, "
+                 f"which have {total:,} lines each")
     os.replace(os_.name, f"{out_prefix}.{src_lang}")
     os.replace(ot.name, f"{out_prefix}.{tgt_lang}")
     stats = {"input": total, "kept": counts.pop("kept", 0), "dropped": dict(counts)}
@@ -76,7 +102,9 @@ def text_rule(src_lang: str, tgt_lang: str, filter_: bool, max_words: int,
     seen: set = set()
 
     def rule(s: str, t: str) -> Tuple[Optional[str], str, str]:
-        s, t = norm_src.normalize(s).strip(), norm_tgt.normalize(t).strip()
+        # \r becomes a space before sacremoses (which would delete it and join two words)
+        s = printable(norm_src.normalize(s.replace("\r", " ")))
+        t = printable(norm_tgt.normalize(t.replace("\r", " ")))
         if not filter_:
             return None, s, t
         ns, nt = len(s.split()), len(t.split())

@@ -19,11 +19,11 @@ import sacrebleu
 
 def read_hypotheses(path: str, expected: int) -> list[str]:
     hypotheses: dict[int, str] = {}
-    with open(path, encoding="utf-8") as handle:
+    with open(path, encoding="utf-8", newline="\n") as handle:
         for line in handle:
             if line.startswith("D-"):
                 ident, _score, text = (line.rstrip("\n").split("\t") + ["", ""])[:3]
-                hypotheses[int(ident[2:])] = text
+                hypotheses[int(ident[2:])] = text.replace("\r", " ")
     missing = [i for i in range(expected) if i not in hypotheses]
     if missing:
         sys.exit(
@@ -35,8 +35,10 @@ def read_hypotheses(path: str, expected: int) -> list[str]:
 
 
 def read_lines(path: str) -> list[str]:
-    with open(path, encoding="utf-8") as handle:
-        return [line.rstrip("\n") for line in handle]
+    """One entry per ``\n``-terminated line; a ``\r`` is a space (universal newlines would
+    split a line at it and shift every later reference)."""
+    with open(path, encoding="utf-8", newline="\n") as handle:
+        return [line.rstrip("\n").replace("\r", " ").rstrip(" ") for line in handle]
 
 
 def detokenized_scores(hypotheses: list[str], references: list[str]) -> tuple:

@@ -4,7 +4,8 @@
     python recipes/lib/spm.py encode --model DIR/spm.model IN OUT
 
 Writes go to a temporary file renamed into place, so an interrupted run leaves nothing
-half-written.
+half-written. Encoding reads lines ending at ``\n`` only and writes one line per input
+line (a ``\r`` inside a line is a space).
 """
 from __future__ import annotations
 
@@ -33,11 +34,20 @@ def train(files: list[str], vocab: int, model_prefix: str, sample_size: int, thr
 def encode(model: str, source: str, dest: str) -> None:
     processor = spm.SentencePieceProcessor(model_file=model)
     directory = os.path.dirname(os.path.abspath(dest))
-    with open(source, encoding="utf-8") as inp, tempfile.NamedTemporaryFile(
-        "w", encoding="utf-8", dir=directory, delete=False
+    lines = 0
+    # lines end at \n only; a \r inside a line is a space (universal newlines would split it)
+    with open(source, encoding="utf-8", newline="\n") as inp, tempfile.NamedTemporaryFile(
+        "w", encoding="utf-8", dir=directory, delete=False, newline="\n"
     ) as out:
         for line in inp:
-            out.write(" ".join(processor.encode(line.rstrip("\n"), out_type=str)) + "\n")
+            out.write(" ".join(processor.encode(line.rstrip("\n").replace("\r", " "),
+                                                out_type=str)) + "\n")
+            lines += 1
+    with open(source, "rb") as handle:
+        expected = sum(block.count(b"\n") for block in iter(lambda: handle.read(1 << 20), b""))
+    if lines not in (expected, expected + 1):  # + 1: a last line without \n
+        os.unlink(out.name)
+        sys.exit(f"spm.py: error: encoded {lines} lines of {source}, which has {expected}")
     os.replace(out.name, dest)
 
 

@@ -133,6 +133,18 @@ need_space() {
 
 dir_bytes() { du -sb "$@" | awk '{s += $1} END {print s + 0}'; }
 
+# same_lines STAGE FILE...: stop STAGE unless every FILE has as many lines as the first
+# (a lost or split line would pair every later sentence with the wrong one).
+same_lines() {
+  local stage=$1 first=$2 n m f
+  shift 2
+  n=$(wc -l < "$first")
+  for f in "$@"; do
+    m=$(wc -l < "$f")
+    [ "$m" = "$n" ] || die "$stage: $f has $m lines but $first has $n: the sides are out of step"
+  done
+}
+
 prepare_stage() {
   local out=$DATA_DIR/raw entry urls=() fetch=() url i=0 name sha
   stage_needed prepare "$out" || return 0
@@ -185,8 +197,10 @@ clean_stage() {
   log "clean: normalising punctuation; dropping empty pairs, > $MAX_WORDS words, length ratio > $MAX_RATIO, duplicates"
   python "$LIB/clean.py" text --filter --src "$raw/train.en" --tgt "$raw/train.de" --out-prefix "$tmp/train" \
     --max-words "$MAX_WORDS" --max-ratio "$MAX_RATIO" --stats "$tmp/train.stats.json" --what "clean train"
+  same_lines clean "$tmp/train.en" "$tmp/train.de"
   for split in valid test; do   # dev and test keep every line
     python "$LIB/clean.py" text --src "$raw/$split.en" --tgt "$raw/$split.de" --out-prefix "$tmp/$split" --what "normalise $split"
+    same_lines clean "$raw/$split.en" "$tmp/$split.en" "$tmp/$split.de"
   done
   cp "$raw/test.de" "$tmp/test.ref.de"   # untouched references for sacreBLEU
   cp "$raw/test.name" "$tmp/test.name"
@@ -212,8 +226,11 @@ spm_stage() {
   done
   log "spm: encoding train, valid and test ($(wc -l < "$in/train.en") training pairs)"
   for pid in "${pids[@]}"; do wait "$pid" || die "spm: encoding failed (see above)"; done
+  same_lines spm "$in/train.en" "$tmp/train_all.en" "$tmp/train_all.de"
+  for split in valid test; do same_lines spm "$in/$split.en" "$tmp/$split.en" "$tmp/$split.de"; done
   python "$LIB/clean.py" subwords --src "$tmp/train_all.en" --tgt "$tmp/train_all.de" --out-prefix "$tmp/train" \
     --max-subwords "$MAX_SUBWORDS" --stats "$tmp/train.stats.json" --what "spm train"
+  same_lines spm "$tmp/train.en" "$tmp/train.de"
   rm -f "$tmp/train_all.en" "$tmp/train_all.de"
   stage_commit spm "$out"
 }
@@ -230,6 +247,14 @@ binarize_stage() {
     --destdir "$tmp" --joined-dictionary --workers "$WORKERS" > "$tmp/preprocess.log" 2>&1 \
     || die "binarize: fairseq-preprocess failed: $(tail -1 "$tmp/preprocess.log")"
   grep -E "\[(en|de)\] .*sents|Wrote" "$tmp/preprocess.log" | sed -E 's/^.*fairseq_cli.preprocess( \| |:)/  /' >&2 || true
+  local split lang read lines
+  for split in train valid test; do   # fairseq-preprocess reads lines its own way: compare
+    for lang in en de; do
+      read=$(grep -F "[$lang] $in/$split.$lang: " "$tmp/preprocess.log" | sed -E 's/^.*: ([0-9]+) sents.*$/\1/' | tail -1)
+      lines=$(wc -l < "$in/$split.$lang")
+      [ "$read" = "$lines" ] || die "binarize: fairseq-preprocess read ${read:-no} sentences from $in/$split.$lang, which has $lines lines"
+    done
+  done
   stage_commit binarize "$out"
 }
 
