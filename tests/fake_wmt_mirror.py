@@ -4,9 +4,11 @@
 
 Writes, in the layouts the real archives have, every file recipes/wmt14_en_de and
 recipes/wmt17_en_de download (training tarballs with their ``training/`` prefixes and a
-few other language pairs beside en-de, ``dev.tgz`` with WMT's ``.sgm`` dev and test sets),
+few other language pairs beside en-de, ``dev.tgz`` with WMT's ``.sgm`` dev and test sets,
+``test-filtered.tgz`` with a filtered newstest2014 whose member names start with ``./``),
 filled with sentences from the bundled sample corpus (data/ende-sample), plus
-``DEST/checksums.tsv`` for them and ``DEST/backtranslation.{en,de}.gz``. Each training corpus
+``DEST/checksums.tsv`` for them (an md5 for test-filtered.tgz, as for the real one) and
+``DEST/backtranslation.{en,de}.gz``. Each training corpus
 also holds the pairs the clean stage must drop (empty, too long, bad ratio, duplicate) and
 typographic punctuation for it to normalise. Prints the command that runs a recipe on it.
 """
@@ -40,6 +42,12 @@ DEV_URL = "http://data.statmt.org/wmt19/translation-task/dev.tgz"
 # (sgm file prefix, set id): the dev and test sets both recipes read from dev.tgz
 TEST_SETS = [("dev/newstest2013", "newstest2013"), ("dev/newstest2014-deen", "newstest2014"),
              ("dev/newstest2016-ende", "newstest2016"), ("dev/newstest2017-ende", "newstest2017")]
+FILTERED_URL = "https://statmt.org/wmt14/test-filtered.tgz"
+
+
+def filtered(rows: List[str]) -> List[str]:
+    """The fake filtered newstest2014: the full one without every fourth sentence."""
+    return [row for i, row in enumerate(rows) if i % 4 != 3]
 
 
 def lines(name: str) -> List[str]:
@@ -96,13 +104,26 @@ def build(dest: Path, pairs: int = 400, test: int = 40) -> Path:
         members[f"{prefix}-ref.de.sgm"] = sgm(set_id, "ref", "de", de[part])
     tgz(dest / "dev.tgz", members)
     checksums.append(("dev.tgz", DEV_URL))
+    full = slice(1 * test, 2 * test)  # newstest2014 in dev.tgz
+    tgz(dest / "test-filtered.tgz", {
+        "./test/newstest2014-deen-src.en.sgm": sgm("newstest2014", "src", "en", filtered(test_en[full])),
+        "./test/newstest2014-deen-ref.de.sgm": sgm("newstest2014", "ref", "de", filtered(test_de[full])),
+        "./test/newstest2014-csen-src.en.sgm": sgm("newstest2014", "src", "en", test_en[:3]),
+    })
+    checksums.append(("test-filtered.tgz", FILTERED_URL))
     bt = slice(len(TRAIN) * pairs, (len(TRAIN) + 1) * pairs)
     for lang, rows in (("en", train_en[bt]), ("de", train_de[bt])):
         (dest / f"backtranslation.{lang}.gz").write_bytes(gzip.compress(text(rows), mtime=0))
     table = dest / "checksums.tsv"
+    def checksum(name: str) -> str:
+        data = (dest / name).read_bytes()
+        if name == "test-filtered.tgz":
+            return "md5:" + hashlib.md5(data).hexdigest()
+        return hashlib.sha256(data).hexdigest()
+
     table.write_text("# fake mirror built by tests/fake_wmt_mirror.py\n" + "".join(
-        f"{name}\t{hashlib.sha256((dest / name).read_bytes()).hexdigest()}\t"
-        f"{(dest / name).stat().st_size}\t{url}\n" for name, url in checksums), encoding="utf-8")
+        f"{name}\t{checksum(name)}\t{(dest / name).stat().st_size}\t{url}\n"
+        for name, url in checksums), encoding="utf-8")
     return table
 
 

@@ -127,3 +127,17 @@ def test_score_reads_a_reference_with_a_carriage_return_as_one_line(tmp_path):
     assert proc.returncode == 0, proc.stderr
     result = json.loads((tmp_path / "bleu.json").read_text())
     assert result["sentences"] == 2 and result["bleu"] == 100.0
+
+
+def test_extract_matches_archive_members_after_normpath(tmp_path):
+    import io
+    import tarfile
+
+    with tarfile.open(tmp_path / "a.tgz", "w:gz") as tar:
+        for name, data in (("./dev/x.en", b"hello\n"), ("dev//y.de", b"hallo\n")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    proc = run("wmt_data.py", "extract", "a.tgz", "dev/x.en=out.en", "./dev/y.de=out.de", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out.en").read_bytes() == b"hello\n" and (tmp_path / "out.de").read_bytes() == b"hallo\n"

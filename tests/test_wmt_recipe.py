@@ -15,7 +15,7 @@ from typing import Dict, Optional
 
 import pytest
 
-from fake_wmt_mirror import build
+from fake_wmt_mirror import build, filtered
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -78,7 +78,9 @@ def test_wmt14_end_to_end_on_the_fake_mirror_then_a_rerun_skips_every_stage(mirr
     assert len(lines(data / "raw" / "train.en")) == len(lines(data / "raw" / "train.de")) == 3 * 405
     assert lines(data / "clean" / "test.ref.de") == lines(SAMPLE / "test.de")[40:80]  # newstest2014 sgm
     assert lines(data / "raw" / "valid.en") == lines(SAMPLE / "valid.en")[:40]       # newstest2013 sgm
-    assert (data / "raw" / "test.name").read_text().strip() == "newstest2014"
+    assert (data / "raw" / "test.name").read_text().strip() == "newstest2014_full"
+    # the filtered newstest2014, from test-filtered.tgz (md5-checked, members named ./test/...)
+    assert lines(data / "clean" / "test_filtered.ref.de") == filtered(lines(SAMPLE / "test.de")[40:80])
     # clean: every kind of bad pair was dropped, punctuation normalised
     stats = json.loads((data / "clean" / "train.stats.json").read_text())
     assert set(stats["dropped"]) == {"empty", "duplicate", "longer than 80 words", "length ratio above 1.5"}
@@ -86,7 +88,11 @@ def test_wmt14_end_to_end_on_the_fake_mirror_then_a_rerun_skips_every_stage(mirr
     assert '"Quotes" and spaces ,here.' in lines(data / "clean" / "train.en")
     # score: both BLEUs, with the signature, over the whole test set
     result = json.loads((data / "results" / "hybrid_lstm_wmt_en_de-avg.json").read_text())
-    assert result["sentences"] == 40 and result["test_set"] == "newstest2014"
+    assert result["sentences"] == 40
+    assert result["test_set"].startswith("newstest2014 full: 3,003 sentences (= sacrebleu -t wmt14/full")
+    result_filtered = json.loads((data / "results" / "hybrid_lstm_wmt_en_de-avg-filtered.json").read_text())
+    assert result_filtered["sentences"] == 30
+    assert result_filtered["test_set"].startswith("newstest2014 filtered: 2,737 sentences (= sacrebleu -t wmt14 ")
     assert result["sacrebleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     assert "tokenized_bleu" in result and result["arch"] == "hybrid_lstm_wmt_en_de"
     # nothing half-written left behind
@@ -121,7 +127,8 @@ def test_wmt17_input_feeding_baseline_with_back_translation(mirror, tmp_path):
     assert (data / "raw" / "test.name").read_text().strip() == "newstest2017"
     result = json.loads((data / "results" / "lstm_luong_wmt_en_de-best.json").read_text())
     assert result["arch"] == "lstm_luong_wmt_en_de" and result["sentences"] == 40
-    assert result["test_set"] == "newstest2017"
+    assert result["test_set"].startswith("newstest2017 (= sacrebleu -t wmt17")
+    assert not (data / "results" / "lstm_luong_wmt_en_de-best-filtered.json").exists()
 
 
 def test_interrupted_download_resumes(mirror, tmp_path):
@@ -165,7 +172,8 @@ def test_unreachable_mirror_fails_early_with_one_line(tmp_path):
     ("wmt14_en_de", ["http://www.statmt.org/wmt13/training-parallel-europarl-v7.tgz",
                      "http://www.statmt.org/wmt13/training-parallel-commoncrawl.tgz",
                      "http://www.statmt.org/wmt14/training-parallel-nc-v9.tgz",
-                     "http://data.statmt.org/wmt19/translation-task/dev.tgz"]),
+                     "http://data.statmt.org/wmt19/translation-task/dev.tgz",
+                     "https://statmt.org/wmt14/test-filtered.tgz"]),
     ("wmt17_en_de", ["http://data.statmt.org/wmt17/translation-task/training-parallel-nc-v12.tgz",
                      "http://data.statmt.org/wmt18/translation-task/rapid2016.tgz"]),
 ])
@@ -223,6 +231,20 @@ def test_not_enough_disk_space_fails_before_downloading(mirror, tmp_path):
     data = tmp_path / "d"
     proc = run_recipe("wmt14_en_de", "prepare", dict(mirror_env(mirror, data), CHECKSUMS=str(table)))
     assert last_line(proc).startswith(f"error: not enough disk space in {data / 'downloads'}: about ")
+    assert not list((data / "downloads").iterdir())
+
+
+def test_back_translations_count_in_the_disk_space_check(mirror, tmp_path):
+    huge = {}
+    for lang in ("en", "de"):
+        huge[lang] = tmp_path / f"news.bt.en-de.{lang}"
+        with open(huge[lang], "wb") as handle:
+            handle.truncate(10 ** 13)  # sparse: 10 TB on paper, nothing on disk
+    data = tmp_path / "d"
+    env = mirror_env(mirror, data, BT_EN=str(huge["en"]), BT_DE=str(huge["de"]))
+    line = last_line(run_recipe("wmt17_en_de", "prepare", env))
+    assert line.startswith(f"error: not enough disk space in {data / 'downloads'}: about 40000"), line
+    assert "and the back-translations" in line
     assert not list((data / "downloads").iterdir())
 
 

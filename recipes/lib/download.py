@@ -1,8 +1,10 @@
 """Resumable, checksummed downloads for the recipes.
 
     python recipes/lib/download.py --url URL --dest PATH --sha256 HEX [--retries 5]
+    python recipes/lib/download.py --url URL --dest PATH --md5 HEX      # where only an md5 is published
 
-- A finished file whose sha256 matches is kept (nothing is fetched).
+- A finished file whose checksum (sha256, or md5 where that is all that is published, e.g.
+  sacreBLEU's for WMT14's test-filtered.tgz) matches is kept (nothing is fetched).
 - Bytes arrive in ``PATH.part``; an interrupted download resumes from its size (HTTP
   ``Range`` requests; ``file://`` mirrors seek), with retries and backoff.
 - The finished ``.part`` is checked against the sha256 before it is renamed to ``PATH``:
@@ -30,8 +32,8 @@ class DownloadError(RuntimeError):
     pass
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
+def digest_of(path: Path, algorithm: str = "sha256") -> str:
+    digest = hashlib.new(algorithm)
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(CHUNK), b""):
             digest.update(block)
@@ -55,9 +57,10 @@ def open_from(url: str, offset: int, timeout: float) -> Tuple[BinaryIO, Optional
 
 
 def download(url: str, dest: Path, sha256: str, retries: int = 5, timeout: float = 60.0,
-             backoff: float = 2.0, quiet: bool = False) -> Path:
+             backoff: float = 2.0, quiet: bool = False, algorithm: str = "sha256") -> Path:
+    """``sha256``: the expected hex digest, of ``algorithm`` (sha256 or md5)."""
     dest = Path(dest)
-    if dest.is_file() and sha256_of(dest) == sha256:
+    if dest.is_file() and digest_of(dest, algorithm) == sha256:
         if not quiet:
             print(f"{dest.name}: present, checksum ok", file=sys.stderr)
         return dest
@@ -90,11 +93,11 @@ def download(url: str, dest: Path, sha256: str, retries: int = 5, timeout: float
         raise DownloadError(
             f"could not fetch {url} after {retries} attempts: {last_error}"
         )
-    got = sha256_of(part)
+    got = digest_of(part, algorithm)
     if got != sha256:
         part.unlink()
         raise DownloadError(
-            f"checksum mismatch for {url}: expected sha256 {sha256}, got {got} "
+            f"checksum mismatch for {url}: expected {algorithm} {sha256}, got {got} "
             "(a corrupted or changed archive; it was deleted, rerun to fetch it again)"
         )
     os.replace(part, dest)
@@ -105,7 +108,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", required=True)
     parser.add_argument("--dest", required=True)
-    parser.add_argument("--sha256", required=True)
+    expected = parser.add_mutually_exclusive_group(required=True)
+    expected.add_argument("--sha256")
+    expected.add_argument("--md5")
     parser.add_argument("--retries", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--backoff", type=float, default=2.0)
@@ -114,8 +119,9 @@ def main() -> None:
     if args.retries < 1:
         sys.exit(f"download.py: error: --retries {args.retries} must be >= 1")
     try:
-        download(args.url, Path(args.dest), args.sha256.lower(), args.retries, args.timeout,
-                 args.backoff, args.quiet)
+        algorithm = "sha256" if args.sha256 else "md5"
+        download(args.url, Path(args.dest), (args.sha256 or args.md5).lower(), args.retries,
+                 args.timeout, args.backoff, args.quiet, algorithm)
     except DownloadError as error:
         sys.exit(f"download.py: error: {error}")
 

@@ -3,6 +3,9 @@
 #   RECIPE    name (results/<RECIPE>, work/<RECIPE>)
 #   CORPORA   array of "name url member.en member.de" (training corpora)
 #   DEV, TEST "name url source-member reference-member" (.sgm members become plain text)
+#   TEST_ABOUT  what the test set is (goes into the result JSON as test_set)
+#   TEST_FILTERED, TEST_FILTERED_ABOUT (optional) a second test set, scored too
+#               (WMT14: the filtered newstest2014 of Luong et al.)
 # and calls `wmt_main "$@"`. Stages: prepare clean spm binarize train generate score (all).
 # Every setting is an environment variable; recipes/README.md lists them with defaults.
 
@@ -21,6 +24,9 @@ wmt_settings() {
   RETRIES=${RETRIES:-5}
   BT_EN=${BT_EN:-}
   BT_DE=${BT_DE:-}
+  TEST_FILTERED=${TEST_FILTERED:-}
+  TEST_ABOUT=${TEST_ABOUT:-}
+  TEST_FILTERED_ABOUT=${TEST_FILTERED_ABOUT:-}
   MAX_WORDS=${MAX_WORDS:-80}
   MAX_RATIO=${MAX_RATIO:-1.5}
   MAX_SUBWORDS=${MAX_SUBWORDS:-250}
@@ -120,7 +126,22 @@ source_url() { if [ -n "$MIRROR" ]; then printf '%s/%s\n' "${MIRROR%/}" "${1##*/
 
 all_urls() {
   local entry
-  for entry in "${CORPORA[@]}" "$DEV" "$TEST"; do set -- $entry; printf '%s\n' "$2"; done | awk '!seen[$0]++'
+  for entry in "${CORPORA[@]}" "$DEV" "$TEST" ${TEST_FILTERED:+"$TEST_FILTERED"}; do set -- $entry; printf '%s\n' "$2"; done | awk '!seen[$0]++'
+}
+
+# The test splits: test, and test_filtered when the recipe has a second test set.
+test_splits() { echo test ${TEST_FILTERED:+test_filtered}; }
+
+# The bytes the back-translations will take once extracted and pasted into train
+# (two copies; a .gz file is counted as 4 times its size).
+bt_bytes() {
+  local f total=0 size
+  for f in ${BT_EN:+"$BT_EN"} ${BT_DE:+"$BT_DE"}; do
+    size=$(stat -c %s "$f")
+    [[ $f == *.gz ]] && size=$((size * 4))
+    total=$((total + 2 * size))
+  done
+  echo "$total"
 }
 
 # Fail early (one line) when the free space in DIR is under BYTES.
@@ -150,12 +171,16 @@ prepare_stage() {
   stage_needed prepare "$out" || return 0
   mapfile -t urls < <(all_urls)
   for url in "${urls[@]}"; do fetch+=("$(source_url "$url")"); done
-  python "$LIB/wmt_data.py" probe --checksums "$CHECKSUMS" --downloads "$DOWNLOADS" "${fetch[@]}"
+  python "$LIB/wmt_data.py" probe --checksums "$CHECKSUMS" --downloads "$DOWNLOADS" \
+    --extra-bytes "$(bt_bytes)" "${fetch[@]}"
   for url in "${fetch[@]}"; do
     i=$((i + 1)); name=${url##*/}
     sha=$(python "$LIB/wmt_data.py" sha256 --checksums "$CHECKSUMS" "$name")
     log "prepare: download $i/${#fetch[@]}: $name from $url"
-    python "$LIB/download.py" --url "$url" --dest "$DOWNLOADS/$name" --sha256 "$sha" --retries "$RETRIES"
+    case $sha in   # md5 where that is all that is published (WMT14's test-filtered.tgz)
+      md5:*) python "$LIB/download.py" --url "$url" --dest "$DOWNLOADS/$name" --md5 "${sha#md5:}" --retries "$RETRIES" ;;
+      *) python "$LIB/download.py" --url "$url" --dest "$DOWNLOADS/$name" --sha256 "$sha" --retries "$RETRIES" ;;
+    esac
   done
   local tmp; tmp=$(stage_begin "$out")
   local parts=()
@@ -175,8 +200,8 @@ prepare_stage() {
   fi
   python "$LIB/wmt_data.py" paste --out "$tmp/train" "${parts[@]}"
   local split
-  for split in valid test; do
-    if [ "$split" = valid ]; then set -- $DEV; else set -- $TEST; fi
+  for split in valid $(test_splits); do
+    case $split in valid) set -- $DEV ;; test) set -- $TEST ;; test_filtered) set -- $TEST_FILTERED ;; esac
     python "$LIB/wmt_data.py" extract "$DOWNLOADS/${2##*/}" "$3=$tmp/$split.en" "$4=$tmp/$split.de"
     python "$LIB/wmt_data.py" paste --out "$tmp/$split.check" "$tmp/$split" >/dev/null
     rm -f "$tmp/$split.check".*
@@ -198,12 +223,14 @@ clean_stage() {
   python "$LIB/clean.py" text --filter --src "$raw/train.en" --tgt "$raw/train.de" --out-prefix "$tmp/train" \
     --max-words "$MAX_WORDS" --max-ratio "$MAX_RATIO" --stats "$tmp/train.stats.json" --what "clean train"
   same_lines clean "$tmp/train.en" "$tmp/train.de"
-  for split in valid test; do   # dev and test keep every line
+  for split in valid $(test_splits); do   # dev and test keep every line
     python "$LIB/clean.py" text --src "$raw/$split.en" --tgt "$raw/$split.de" --out-prefix "$tmp/$split" --what "normalise $split"
     same_lines clean "$raw/$split.en" "$tmp/$split.en" "$tmp/$split.de"
   done
-  cp "$raw/test.de" "$tmp/test.ref.de"   # untouched references for sacreBLEU
-  cp "$raw/test.name" "$tmp/test.name"
+  for split in $(test_splits); do
+    cp "$raw/$split.de" "$tmp/$split.ref.de"   # untouched references for sacreBLEU
+    cp "$raw/$split.name" "$tmp/$split.name"
+  done
   stage_commit clean "$out"
 }
 
@@ -217,7 +244,7 @@ spm_stage() {
   python "$LIB/spm.py" train --vocab "$SPM_VOCAB" --model-prefix "$tmp/spm" --sample-size "$SPM_SAMPLE" \
     --threads "$WORKERS" "$in/train.en" "$in/train.de"
   local pids=() split lang pid
-  for split in train valid test; do
+  for split in train valid $(test_splits); do
     for lang in en de; do
       local dest=$tmp/$split.$lang
       [ "$split" = train ] && dest=$tmp/train_all.$lang
@@ -227,7 +254,7 @@ spm_stage() {
   log "spm: encoding train, valid and test ($(wc -l < "$in/train.en") training pairs)"
   for pid in "${pids[@]}"; do wait "$pid" || die "spm: encoding failed (see above)"; done
   same_lines spm "$in/train.en" "$tmp/train_all.en" "$tmp/train_all.de"
-  for split in valid test; do same_lines spm "$in/$split.en" "$tmp/$split.en" "$tmp/$split.de"; done
+  for split in valid $(test_splits); do same_lines spm "$in/$split.en" "$tmp/$split.en" "$tmp/$split.de"; done
   python "$LIB/clean.py" subwords --src "$tmp/train_all.en" --tgt "$tmp/train_all.de" --out-prefix "$tmp/train" \
     --max-subwords "$MAX_SUBWORDS" --stats "$tmp/train.stats.json" --what "spm train"
   same_lines spm "$tmp/train.en" "$tmp/train.de"
@@ -242,13 +269,14 @@ binarize_stage() {
   need_space "$DATA_DIR" $((2 * $(dir_bytes "$in"))) binarize
   local tmp; tmp=$(stage_begin "$out")
   log "binarize: fairseq-preprocess --joined-dictionary --workers $WORKERS"
+  # a second test set becomes fairseq's subset test1
   fairseq-preprocess --source-lang en --target-lang de \
-    --trainpref "$in/train" --validpref "$in/valid" --testpref "$in/test" \
+    --trainpref "$in/train" --validpref "$in/valid" --testpref "$in/test${TEST_FILTERED:+,$in/test_filtered}" \
     --destdir "$tmp" --joined-dictionary --workers "$WORKERS" > "$tmp/preprocess.log" 2>&1 \
     || die "binarize: fairseq-preprocess failed: $(tail -1 "$tmp/preprocess.log")"
   grep -E "\[(en|de)\] .*sents|Wrote" "$tmp/preprocess.log" | sed -E 's/^.*fairseq_cli.preprocess( \| |:)/  /' >&2 || true
   local split lang read lines
-  for split in train valid test; do   # fairseq-preprocess reads lines its own way: compare
+  for split in train valid $(test_splits); do   # fairseq-preprocess reads lines its own way: compare
     for lang in en de; do
       read=$(grep -F "[$lang] $in/$split.$lang: " "$tmp/preprocess.log" | sed -E 's/^.*: ([0-9]+) sents.*$/\1/' | tail -1)
       lines=$(wc -l < "$in/$split.$lang")
@@ -335,20 +363,28 @@ generate_stage() {
       python "$LIB/average.py" --out "$ckpt" "${saved[@]}" ;;
   esac
   [ -f "$ckpt" ] || die "generate: $ckpt does not exist"
-  log "generate: beam $BEAM on the $(wc -l < "$DATA_DIR/clean/test.en") sentences of $(cat "$DATA_DIR/clean/test.name") with $ckpt"
-  local start=$SECONDS
-  # shellcheck disable=SC2046
-  env $(device_env generate) fairseq-generate "$DATA_DIR/bin" --user-dir "$USER_DIR" \
-    --path "$ckpt" --gen-subset test --source-lang en --target-lang de \
-    --beam "$BEAM" --lenpen "$LENPEN" --max-len-a "$MAX_LEN_A" --max-len-b "$MAX_LEN_B" \
-    --batch-size "$GEN_BATCH" --required-batch-size-multiple 1 \
-    --remove-bpe sentencepiece $(device_args generate) > "$tmp/test.out" 2> "$tmp/generate.log" \
-    || die "generate: fairseq-generate failed: $(grep -E 'error|Error' "$tmp/generate.log" | tail -1) (log: $tmp/generate.log)"
+  local split subset logfile start
+  for split in $(test_splits); do
+    subset=test; logfile=$tmp/generate.log
+    [ "$split" = test_filtered ] && subset=test1 && logfile=$tmp/generate.test_filtered.log
+    log "generate: beam $BEAM on the $(wc -l < "$DATA_DIR/clean/$split.en") sentences of $(cat "$DATA_DIR/clean/$split.name") with $ckpt"
+    start=$SECONDS
+    # shellcheck disable=SC2046
+    env $(device_env generate) fairseq-generate "$DATA_DIR/bin" --user-dir "$USER_DIR" \
+      --path "$ckpt" --gen-subset "$subset" --source-lang en --target-lang de \
+      --beam "$BEAM" --lenpen "$LENPEN" --max-len-a "$MAX_LEN_A" --max-len-b "$MAX_LEN_B" \
+      --batch-size "$GEN_BATCH" --required-batch-size-multiple 1 \
+      --remove-bpe sentencepiece $(device_args generate) > "$tmp/$split.out" 2> "$logfile" \
+      || die "generate: fairseq-generate failed: $(grep -E 'error|Error' "$logfile" | tail -1) (log: $logfile)"
+    echo $((SECONDS - start)) > "$tmp/$split.seconds"
+    grep -E "Translated" "$logfile" | sed -E 's/^.*fairseq_cli.generate( \| |:)/  /' >&2 || true
+  done
   rm -f "$tmp/checkpoint_avg.pt"
-  echo $((SECONDS - start)) > "$tmp/seconds"
-  grep -E "Translated" "$tmp/generate.log" | sed -E 's/^.*fairseq_cli.generate( \| |:)/  /' >&2 || true
   stage_commit generate "$out"
 }
+
+# The result JSON of a test split: RESULT_JSON for test, ...-filtered.json for test_filtered.
+result_json() { if [ "$1" = test ]; then echo "$RESULT_JSON"; else echo "${RESULT_JSON%.json}-filtered.json"; fi; }
 
 score_stage() {
   if [ "${FORCE:-0}" != 1 ] && [ -f "$RESULT_JSON" ] && [ "$RESULT_JSON" -nt "$GEN_DIR/.done" ]; then
@@ -356,10 +392,16 @@ score_stage() {
     return 0
   fi
   require_done score "$GEN_DIR" "the generate stage"
-  log "score: sacreBLEU (detokenized) and tokenized BLEU with compound splitting"
-  python "$LIB/wmt_score.py" --generate-output "$GEN_DIR/test.out" --reference "$DATA_DIR/clean/test.ref.de" \
-    --json "$RESULT_JSON" --lang de --extra "$(printf '{"recipe": "%s", "test_set": "%s", "arch": "%s", "checkpoint": "%s", "beam": %s, "gpus": "%s", "max_tokens": %s, "max_update": %s, "spm_vocab": %s, "generate_seconds": %s}' \
-      "$RECIPE" "$(cat "$DATA_DIR/clean/test.name")" "$ARCH" "$CHECKPOINT" "$BEAM" "$GPUS" "$MAX_TOKENS" "$MAX_UPDATE" "$SPM_VOCAB" "$(cat "$GEN_DIR/seconds")")"
+  local split about
+  for split in $(test_splits); do
+    about=$TEST_ABOUT
+    [ "$split" = test_filtered ] && about=$TEST_FILTERED_ABOUT
+    [ -n "$about" ] || about=$(cat "$DATA_DIR/clean/$split.name")
+    log "score: $about: sacreBLEU (detokenized) and tokenized BLEU with compound splitting"
+    python "$LIB/wmt_score.py" --generate-output "$GEN_DIR/$split.out" --reference "$DATA_DIR/clean/$split.ref.de" \
+      --json "$(result_json "$split")" --lang de --extra "$(printf '{"recipe": "%s", "test_set": "%s", "arch": "%s", "checkpoint": "%s", "beam": %s, "gpus": "%s", "max_tokens": %s, "max_update": %s, "spm_vocab": %s, "generate_seconds": %s}' \
+        "$RECIPE" "$about" "$ARCH" "$CHECKPOINT" "$BEAM" "$GPUS" "$MAX_TOKENS" "$MAX_UPDATE" "$SPM_VOCAB" "$(cat "$GEN_DIR/$split.seconds")")"
+  done
 }
 
 plan_status() { if [ -f "$1/.done" ] && [ "${FORCE:-0}" != 1 ]; then echo "done, would skip"; else echo "would run"; fi; }
@@ -371,19 +413,21 @@ dry_run() {
   for stage in $stages; do
     case $stage in
       prepare)
-        echo "prepare   [$(plan_status "$DATA_DIR/raw")] download (resumable, sha256 from $CHECKSUMS), extract:"
+        echo "prepare   [$(plan_status "$DATA_DIR/raw")] download (resumable, sha256 or md5 from $CHECKSUMS), extract:"
         for url in $(all_urls); do
           name=${url##*/}
           read -r sha size < <(awk -F'\t' -v n="$name" '$1 == n {print $2, $3}' "$CHECKSUMS")
-          printf '            %s  (%s bytes, sha256 %s)\n' "$url" "${size:-?}" "${sha:-MISSING}"
+          case $sha in md5:*) ;; *) sha=${sha:+sha256:$sha} ;; esac
+          printf '            %s  (%s bytes, %s)\n' "$url" "${size:-?}" "${sha:-MISSING}"
           [ -n "$MIRROR" ] && printf '              fetched from %s\n' "$(source_url "$url")"
         done
         for entry in "${CORPORA[@]}"; do set -- $entry; echo "            train: $1 <- ${2##*/}: $3, $4"; done
         set -- $DEV; echo "            valid: $1 <- ${2##*/}: $3, $4"
         set -- $TEST; echo "            test:  $1 <- ${2##*/}: $3, $4"
+        if [ -n "$TEST_FILTERED" ]; then set -- $TEST_FILTERED; echo "            test:  $1 <- ${2##*/}: $3, $4"; fi
         [ -n "$BT_EN" ] && echo "            train: back-translation <- $BT_EN, $BT_DE"
         ;;
-      clean) echo "clean     [$(plan_status "$DATA_DIR/clean")] sacremoses punctuation normalisation; drop empty, > $MAX_WORDS words, ratio > $MAX_RATIO, duplicates" ;;
+      clean) echo "clean     [$(plan_status "$DATA_DIR/clean")] sacremoses punctuation normalisation, non-printing characters to spaces; drop empty, > $MAX_WORDS words, ratio > $MAX_RATIO, duplicates" ;;
       spm) echo "spm       [$(plan_status "$DATA_DIR/spm")] sentencepiece joint $SPM_VOCAB pieces on <= $SPM_SAMPLE sentences; drop pairs > $MAX_SUBWORDS subwords" ;;
       binarize) echo "binarize  [$(plan_status "$DATA_DIR/bin")] fairseq-preprocess --joined-dictionary --workers $WORKERS" ;;
       train)
@@ -393,7 +437,7 @@ dry_run() {
           echo "train     [$(plan_status "$SAVE_DIR")] $(device_env train) fairseq-train --arch $ARCH $(device_args train) --max-tokens $MAX_TOKENS --max-update $MAX_UPDATE -> $SAVE_DIR"
         fi ;;
       generate) echo "generate  [$(plan_status "$GEN_DIR")] fairseq-generate --beam $BEAM, $CHECKPOINT checkpoint -> $GEN_DIR" ;;
-      score) echo "score     sacreBLEU + tokenized BLEU -> $RESULT_JSON" ;;
+      score) echo "score     sacreBLEU + tokenized BLEU -> $(for split in $(test_splits); do result_json "$split"; done | paste -sd' ')" ;;
     esac
   done
 }

@@ -1,12 +1,14 @@
 """Fetching and unpacking WMT data for the WMT recipes (recipes/lib/wmt.sh).
 
-    python recipes/lib/wmt_data.py sha256 --checksums FILE NAME      # prints the sha256
-    python recipes/lib/wmt_data.py probe --checksums FILE URL...      # fail early, one line
+    python recipes/lib/wmt_data.py sha256 --checksums FILE NAME      # prints the checksum
+    python recipes/lib/wmt_data.py probe --checksums FILE [--extra-bytes N] URL...  # fail early
     python recipes/lib/wmt_data.py extract ARCHIVE MEMBER=OUT...      # one pass over ARCHIVE
 
-What it owns: looking a file's sha256 up by base name in a checksums TSV; checking, before
+What it owns: looking a file's checksum up by base name in a checksums TSV (a sha256, or
+``md5:HEX`` where only an md5 is published); checking, before
 any download, that every URL is reachable and that the disk has room for it; pulling text
-files out of ``.tgz`` / ``.tar`` / ``.gz`` archives in one pass, converting WMT's ``.sgm``
+files out of ``.tgz`` / ``.tar`` / ``.gz`` archives in one pass (member names compared after
+``os.path.normpath``, so ``./dev/x`` is ``dev/x``), converting WMT's ``.sgm``
 test sets to plain text exactly as sacrebleu does; and pasting corpora together with a
 line-count check. Every output is written to a temporary file and renamed into place.
 """
@@ -33,7 +35,7 @@ def fail(message: str) -> None:
 
 
 def read_checksums(path: str) -> Dict[str, Tuple[str, int]]:
-    """base name -> (sha256, size in bytes) from a TSV (name, sha256, size[, url])."""
+    """base name -> (checksum, size in bytes) from a TSV (name, sha256 or md5:HEX, size[, url])."""
     table: Dict[str, Tuple[str, int]] = {}
     try:
         with open(path, encoding="utf-8") as handle:
@@ -51,7 +53,7 @@ def read_checksums(path: str) -> Dict[str, Tuple[str, int]]:
 
 def lookup(table: Dict[str, Tuple[str, int]], name: str, checksums: str) -> Tuple[str, int]:
     if name not in table:
-        fail(f"{name} has no sha256 in {checksums} (known: {', '.join(sorted(table))})")
+        fail(f"{name} has no checksum in {checksums} (known: {', '.join(sorted(table))})")
     return table[name]
 
 
@@ -70,11 +72,13 @@ def reachable(url: str, timeout: float) -> str:
         return str(getattr(error, "reason", error))
 
 
-def probe(urls: List[str], checksums: str, downloads: str, timeout: float, factor: float) -> None:
+def probe(urls: List[str], checksums: str, downloads: str, timeout: float, factor: float,
+          extra: int = 0) -> None:
     """Fail with one line unless every URL not yet downloaded is reachable and the disk
-    has room for it (``factor`` x its size: archive plus what is extracted from it)."""
+    has room for it (``factor`` x its size: archive plus what is extracted from it) and for
+    ``extra`` bytes more (local files the recipe adds, e.g. back-translations)."""
     table = read_checksums(checksums)
-    needed = 0
+    needed = extra
     for url in urls:
         name = os.path.basename(urllib.parse.urlparse(url).path)
         _sha, size = lookup(table, name, checksums)
@@ -90,16 +94,20 @@ def probe(urls: List[str], checksums: str, downloads: str, timeout: float, facto
     free = shutil.disk_usage(downloads).free
     if needed > free:
         fail(f"not enough disk space in {downloads}: about {needed / 1e9:.1f} GB needed for "
-             f"the downloads and their extracted text, {free / 1e9:.1f} GB free (set DATA_DIR)")
+             f"the downloads and their extracted text{' and the back-translations' if extra else ''}, "
+             f"{free / 1e9:.1f} GB free (set DATA_DIR)")
 
 
 def text_members(archive: str, wanted: List[str]) -> Iterator[Tuple[str, io.BufferedIOBase]]:
-    """(member name, readable stream) for each wanted member, in one pass over the archive."""
+    """(wanted name, readable stream) for each wanted member, in one pass over the archive;
+    names match after ``os.path.normpath`` (real archives may spell ``dev/x`` as ``./dev/x``)."""
     if archive.endswith((".tgz", ".tar.gz", ".tar")):
+        by_path = {os.path.normpath(name): name for name in wanted}
         with tarfile.open(archive, "r:*") as tar:
             for member in tar:
-                if member.name in wanted and member.isfile():
-                    yield member.name, tar.extractfile(member)
+                name = by_path.get(os.path.normpath(member.name))
+                if name is not None and member.isfile():
+                    yield name, tar.extractfile(member)
     elif archive.endswith(".gz"):
         with gzip.open(archive, "rb") as handle:
             yield wanted[0], handle
@@ -169,6 +177,7 @@ def main() -> None:
     p.add_argument("--downloads", required=True)
     p.add_argument("--timeout", type=float, default=20.0)
     p.add_argument("--space-factor", type=float, default=3.0)
+    p.add_argument("--extra-bytes", type=int, default=0, help="more bytes the recipe will need")
     p.add_argument("urls", nargs="+")
     e = sub.add_parser("extract")
     e.add_argument("archive")
@@ -181,7 +190,8 @@ def main() -> None:
     if args.command == "sha256":
         print(lookup(read_checksums(args.checksums), args.name, args.checksums)[0])
     elif args.command == "probe":
-        probe(args.urls, args.checksums, args.downloads, args.timeout, args.space_factor)
+        probe(args.urls, args.checksums, args.downloads, args.timeout, args.space_factor,
+              args.extra_bytes)
     elif args.command == "extract":
         extract(args.archive, args.pairs)
     else:

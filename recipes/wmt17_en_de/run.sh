@@ -2,7 +2,9 @@
 # WMT17 English->German: Europarl v7 + Common Crawl + News Commentary v12 + Rapid 2016
 # (about 5.9M pairs), dev newstest2016, test newstest2017, sentencepiece 32K,
 # hybrid_lstm_wmt_en_de (or ARCH=lstm_luong_wmt_en_de, the input-feeding baseline).
-# Back-translated monolingual news (as WMT17 systems used): BT_EN=... BT_DE=... (plain or .gz).
+# Back-translated monolingual news (as WMT17 systems used): BT_EN=... BT_DE=... (plain or .gz),
+# e.g. Sennrich et al.'s WMT16 back-translations of news (news.bt.en-de.{en,de}.gz, from
+# http://data.statmt.org/rsennrich/wmt16_backtranslations/en-de/; see recipes/README.md).
 #
 #   bash recipes/wmt17_en_de/run.sh [all|prepare|clean|spm|binarize|train|generate|score]
 #
@@ -20,5 +22,6 @@ CORPORA=(
 )
 DEV="newstest2016 http://data.statmt.org/wmt19/translation-task/dev.tgz dev/newstest2016-ende-src.en.sgm dev/newstest2016-ende-ref.de.sgm"
 TEST="newstest2017 http://data.statmt.org/wmt19/translation-task/dev.tgz dev/newstest2017-ende-src.en.sgm dev/newstest2017-ende-ref.de.sgm"
+TEST_ABOUT="newstest2017 (= sacrebleu -t wmt17 -l en-de)"
 
 wmt_main "$@"
