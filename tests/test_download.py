@@ -56,6 +56,20 @@ def test_corrupted_archive_fails_its_checksum_with_the_url(archive, tmp_path):
     assert not dest.exists() and not dest.with_name("corpus.tgz.part").exists()
 
 
+def test_md5_checked_download(archive, tmp_path):
+    """Where only an md5 is published (WMT14's test-filtered.tgz): --md5 instead of --sha256."""
+    script = [sys.executable, str(REPO / "recipes" / "lib" / "download.py"), "--url", archive.as_uri(), "--quiet"]
+    good = subprocess.run(script + ["--dest", str(tmp_path / "a.tgz"), "--md5", hashlib.md5(PAYLOAD).hexdigest()],
+                          capture_output=True, text=True)
+    assert good.returncode == 0, good.stderr
+    assert (tmp_path / "a.tgz").read_bytes() == PAYLOAD
+    bad = subprocess.run(script + ["--dest", str(tmp_path / "b.tgz"), "--md5", "0" * 32],
+                         capture_output=True, text=True)
+    assert bad.stderr.strip().startswith(f"download.py: error: checksum mismatch for {archive.as_uri()}: "
+                                         f"expected md5 {'0' * 32}, got {hashlib.md5(PAYLOAD).hexdigest()}")
+    assert not (tmp_path / "b.tgz").exists() and not (tmp_path / "b.tgz.part").exists()
+
+
 class FlakyRangeHandler(http.server.BaseHTTPRequestHandler):
     """Serves PAYLOAD with Range support; the first response stops half way."""
     requests = []
