@@ -3,6 +3,11 @@ fairseq's tracebacks into one clear line naming the bad value, before any work s
 
 - ``check_data_dir``: at parse time (fairseq-train): the directory exists and holds the
   language pair and the training split asked for.
+- ``check_training_sizes``: at parse time: the training split has sentences, and at least
+  one pair fits in ``--max-tokens`` (fairseq would fail with ``cannot mmap an empty file`` or
+  an ``IndexError`` in batch_by_size).
+- ``check_precision``: ``--fp16`` without a CUDA device (fairseq fails deep inside
+  torch.cuda); bfloat16 (``--bf16``) works on the CPU.
 - ``readable_checkpoints``: wraps fairseq's ``checkpoint_utils.load_checkpoint_to_cpu`` so
   a truncated file or a file that is not a checkpoint (``--path``, ``--restore-file``)
   fails with one line instead of an unpickling traceback.
@@ -18,8 +23,10 @@ import glob
 import logging
 import os
 import sys
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional, Tuple
 
+import numpy as np
+import torch
 from torch import Tensor
 
 from .errors import HybridConfigError
@@ -53,6 +60,70 @@ def check_data_dir(args: Any) -> None:
         raise HybridConfigError(
             f"data directory {first!r} has no '{subset}' split (no {subset}.* files)"
         )
+
+
+def _index_sizes(index_class: Any, path: str) -> np.ndarray:
+    """A copy of an mmap index's sentence lengths, taken while the index (whose ``__del__``
+    closes the mmap the lengths live in) is still alive."""
+    index = index_class(path + ".idx")
+    sizes = np.array(index.sizes, dtype=np.int64)
+    del index
+    return sizes
+
+
+def _pair_sizes(first: str, subset: str, args: Any) -> Optional[Tuple[str, np.ndarray]]:
+    """(prefix, longer side's length per pair incl. end-of-sentence) of the ``subset`` split
+    in fairseq's mmap format, or None when it cannot be read that way (then fairseq decides)."""
+    from fairseq.data.indexed_dataset import MMapIndexedDataset, infer_dataset_impl
+
+    src, tgt = getattr(args, "source_lang", None), getattr(args, "target_lang", None)
+    # DIR/train.en-de.en.idx -> prefix DIR/train.en-de, language en
+    found = [path[: -len(".idx")].rsplit(".", 1)
+             for path in glob.glob(os.path.join(first, f"{subset}.*-*.*.idx"))]
+    for prefix in sorted({prefix for prefix, _ in found}):
+        langs = sorted(lang for p, lang in found if p == prefix)
+        if src and tgt:
+            if sorted([src, tgt]) != langs:
+                continue
+        paths = [f"{prefix}.{lang}" for lang in langs]
+        if langs and all(infer_dataset_impl(path) == "mmap" for path in paths):
+            sizes = [_index_sizes(MMapIndexedDataset.Index, path) for path in paths]
+            if len({len(s) for s in sizes}) == 1:
+                return prefix, np.maximum.reduce(sizes)
+    return None
+
+
+def check_training_sizes(args: Any) -> None:
+    data = getattr(args, "data", None)
+    if not data or not os.path.isdir(data.split(os.pathsep)[0]):
+        return
+    first = data.split(os.pathsep)[0]
+    subset = getattr(args, "train_subset", "train") or "train"
+    found = _pair_sizes(first, subset, args)
+    if found is None:
+        return
+    prefix, longer = found
+    if len(longer) == 0:
+        raise HybridConfigError(
+            f"the '{subset}' split in {first!r} has no sentences ({os.path.basename(prefix)}.* "
+            "are empty): check the --trainpref files given to fairseq-preprocess"
+        )
+    max_tokens = getattr(args, "max_tokens", None)
+    if max_tokens and int(longer.min()) > max_tokens:
+        raise HybridConfigError(
+            f"--max-tokens {max_tokens} is smaller than every training sentence pair: the "
+            f"shortest needs {int(longer.min())} (its longer side, with the end-of-sentence "
+            f"token); use --max-tokens {int(longer.min())} or more (typically thousands)"
+        )
+
+
+def check_precision(args: Any) -> None:
+    for option in ("fp16", "memory_efficient_fp16"):
+        if getattr(args, option, False) and not torch.cuda.is_available():
+            raise HybridConfigError(
+                f"--{option.replace('_', '-')} needs a CUDA GPU and torch sees none: use --bf16 "
+                "(bfloat16, works on the CPU) or drop it (float32)"
+            )
 
 
 def readable_checkpoints() -> None:

@@ -18,7 +18,8 @@ from fairseq.models import (
     register_model,
     register_model_architecture,
 )
-from .checks import check_data_dir, check_state_dict, skip_overlong_interactive_input
+from .checks import (check_data_dir, check_precision, check_state_dict, check_training_sizes,
+                     skip_overlong_interactive_input)
 from .config import (
     BASE_PRESET,
     HybridLSTMConfig,
@@ -193,7 +194,9 @@ def parse_time_checks(args: Any) -> None:
     named under fairseq-hydra-train): there are no run options to adapt then
     (``hydra_callback`` adapted them before fairseq started)."""
     validate_model_config(args)
+    check_precision(args)
     check_data_dir(args)
+    check_training_sizes(args)
     plan = check_plan_options(args)
     if hasattr(args, "distributed_world_size"):
         adapt_fairseq_defaults(args, sum(1 for d in set(plan.devices) if d.type == "cuda"))

@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from cli import USER_DIR, prepared_sample, run_tool
+from cli import USER_DIR, prepared_sample, preprocess, run_tool, write_sample_subset
 
 SMALL = ["--arch", "hybrid_lstm", "--encoder-embed-dim", "16", "--encoder-hidden-size", "16",
          "--decoder-embed-dim", "16", "--decoder-hidden-size", "16", "--decoder-out-embed-dim", "16"]
@@ -93,6 +93,35 @@ def test_bad_data_directory(setup, tmp_path, case, fragment):
     save = tmp_path / "save"
     proc = run_tool("fairseq-train", train_args(data, save, *extra), cwd=root, check=False)
     assert_one_line_error(proc, fragment)
+    assert not save.exists()
+
+
+@pytest.mark.parametrize("case,fragments", [
+    ("empty", ["the 'train' split in", "has no sentences", "--trainpref"]),
+    ("max-tokens", ["--max-tokens 2 is smaller than every training sentence pair", "use --max-tokens"]),
+    ("fp16", ["--fp16 needs a CUDA GPU", "use --bf16"]),
+])
+def test_training_data_and_precision_errors(setup, tmp_path, case, fragments):
+    """fairseq's own failures here are tracebacks (cannot mmap an empty file; IndexError in
+    batch_by_size; Torch not compiled with CUDA enabled)."""
+    root = setup[0]
+    data, extra = root / "a" / "bin", []
+    if case == "empty":
+        write_sample_subset(tmp_path / "raw", train=0, valid=5, test=5)
+        for lang in ("en", "de"):
+            (tmp_path / "raw" / f"train.{lang}").write_text("")
+        preprocess(tmp_path / "raw", tmp_path / "bin")
+        data = tmp_path / "bin"
+    elif case == "max-tokens":
+        extra = ["--max-tokens", "2"]
+    else:
+        import torch
+        if torch.cuda.is_available():
+            pytest.skip("this machine has a GPU")
+        extra = ["--fp16"]
+    save = tmp_path / "save"
+    proc = run_tool("fairseq-train", train_args(data, save, *extra), cwd=root, check=False)
+    assert_one_line_error(proc, *fragments)
     assert not save.exists()
 
 
