@@ -24,9 +24,10 @@ This module owns three things:
    - ``cuda`` (what the same code does on GPUs): the host's per-cycle barrier only waits
      for kernel *launches*, so execution is *dataflow*: each device runs its cells in issue
      order, a cell starting when its inputs (plus a transfer, if they come from another
-     device) are ready; backward likewise (autograd has one thread per GPU), and the
-     head's shards run forward and backward in parallel, plus ``replicate`` (broadcast of
-     the head parameters) and the reduction of their gradients. The optimizer step
+     device) are ready; backward likewise (each worker's per-cell ``backward`` call only
+     queues its kernels), and the head's shards run forward and backward in parallel,
+     plus the copy of the head's parameters to each replica and the reduction of their
+     gradients. The optimizer step
      ("rest") scales with the largest share of the parameters on one device (embeddings
      and head stay on device 0).
 
@@ -331,9 +332,7 @@ def _measure_cells(model: Any, sample: dict, chunks: int, device: torch.device) 
              DECODER: chunk_bounds(target.size(0), chunks)}
     lengths = net["src_lengths"].cpu()
     with torch.enable_grad():
-        outputs, states, records = pipeline.forward_cells(
-            source, lengths, target, spans, masks, detach=True
-        )
+        outputs, states, records = pipeline.forward_cells(source, lengths, target, spans, masks)
     cycles = clock_cycles(len(spans[ENCODER]), len(spans[DECODER]), layers)
     order: List[Key] = [(c.side, c.layer, c.chunk) for cycle in cycles for c in cycle]
     _check_issue_order(workers.records, [describe(c) for cycle in cycles for c in cycle])
@@ -388,7 +387,7 @@ def measure_concurrency(
     the batch's source (a pipeline cell); "head", the head + loss forward (recording the
     graph, as in training) of one shard of ``sentences / workers`` sentences (what the head
     shards run concurrently)."""
-    from fairseq_hybrid.engine import ShardLoss
+    from fairseq_hybrid.head_shards import ShardLoss
     from fairseq_hybrid.layers import lstm_layer
     from fairseq_hybrid.loss import TokenLoss
     from fairseq_hybrid.lstm_stack import run_layer
@@ -396,8 +395,7 @@ def measure_concurrency(
 
     if workload not in ("lstm", "head"):
         raise ValueError(f"workload {workload!r}: lstm or head")
-    pool = DeviceWorkers([torch.device("cpu")] * workers)
-    pool.cpu_threads = 1
+    pool = DeviceWorkers([torch.device("cpu")] * workers, cpu_threads=1)
     tasks: List[Callable[[], Any]] = []
     if workload == "lstm":
         for _ in range(workers):
@@ -458,7 +456,7 @@ def measure_stage_times(
     """Measure the stage times of ``size`` on ``batch`` on one ``device`` ("cpu": this
     machine's CPU with ``threads`` torch threads, the thread count of one CPU device
     worker; or e.g. "cuda:0", timed with ``torch.cuda.synchronize``)."""
-    from fairseq_hybrid.engine import ShardLoss
+    from fairseq_hybrid.head_shards import ShardLoss
     from fairseq_hybrid.loss import TokenLoss
     from fairseq_hybrid.pipeline import DECODER, ENCODER
 
@@ -655,7 +653,7 @@ def simulate_pipeline(
         busiest device, whose cells (and their input transfers) run one after another;
         plus ``cycle_overhead`` per cycle. Backward: the cycles in reverse order.
       - "dataflow": each device runs its cells in issue order, each starting when its
-        inputs are ready (CUDA streams; autograd's per-GPU threads in backward).
+        inputs are ready (CUDA streams: the workers only queue kernels, forward and backward).
       - "serial": one thread runs every cell (one CPU autograd ``.backward()``).
     ``slowdown`` (cycle mode): devices that share hardware (CPU "devices" on one box's
     cores and memory) run slower together: with m devices busy in a cycle, each cell takes
@@ -817,9 +815,8 @@ def measure_real_steps(
                 "hybrid_devices": ",".join(["cpu"] * n), "pipeline_chunks": k,
                 "hybrid_balance": None,
             }
-            model._hybrid_engine = None
-            engine = model.hybrid_engine()
-            engine.workers.cpu_threads = threads  # before the worker threads start
+            model._hybrid_engine = None  # keep each configuration's engine; swapped below
+            engine = model.hybrid_engine(cpu_threads=threads)
             engine.workers.run_all([(i, "start", lambda: None) for i in range(n)])
             engines[(n, k)] = engine
         samples: Dict[Tuple[int, int], List[float]] = {c: [] for c in configs}

@@ -114,6 +114,14 @@ class HybridLSTMConfig(FairseqDataclass):
             "parallelism only; the benchmark's configuration (d))"
         },
     )
+    hybrid_allow_repeated_devices: bool = field(
+        default=False,
+        metadata={
+            "help": "training only: accept a GPU listed more than once in --hybrid-devices "
+            "(e.g. cuda:0,cuda:0: two workers on one GPU), to run the multi-device code on "
+            "one GPU for checks; it is not faster"
+        },
+    )
     max_source_positions: int = II("task.max_source_positions")
     max_target_positions: int = II("task.max_target_positions")
 

@@ -4,40 +4,40 @@
   embeddings, bridges and the master head on device 0, kept through ``model.to()``).
 - ``features`` runs the model-parallel part: embeddings, then the wavefront pipeline.
 - ``head_loss`` runs the data-parallel part: sentences split into one shard per device,
-  the head's parameters replicated (``torch.nn.parallel.replicate`` when every device is a
-  GPU; otherwise each shard runs forward and backward on its worker with its own head
-  replica, see ``head_shards.py``), shard losses
-  summed on device 0; the head gradients are reduced to the master copy and dH, dS go
-  back into the pipeline.
+  each shard's forward and backward on its device's worker with its own head replica
+  (``head_shards.py``), shard losses summed on device 0; the head gradients are reduced to
+  the master copy and dH, dS go back into the pipeline.
+
+Every device kind runs the same code: the only device-specific lines are tensor placement
+and copies, and each CUDA worker thread setting its current device (``worker.py``).
 
 Generation never uses the engine: it runs the plain model on one device.
 """
 from __future__ import annotations
 
 import logging
-from typing import Callable, List, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
 from torch import Tensor
-from torch.nn.parallel import parallel_apply, replicate
 
 from .encoder import EncoderOut
-from .head import AttentionHead
-from .head_shards import HeadReplicas, ShardLoss, staged_shard_losses
+from .head_shards import HeadReplicas, ShardInputs, plan_shards, sharded_head_loss
 from .loss import HeadLoss, TokenLoss
 from .pipeline import DECODER, ENCODER, WavefrontPipeline
-from .placement import PlacementPlan, shard_bounds
+from .placement import PlacementPlan
 from .worker import DeviceWorkers
 
 logger = logging.getLogger(__name__)
 
 
 class HybridEngine:
-    def __init__(self, model: nn.Module, plan: PlacementPlan) -> None:
+    def __init__(self, model: nn.Module, plan: PlacementPlan,
+                 cpu_threads: Optional[int] = None) -> None:
         self.model = model
         self.plan = plan
-        self.workers = DeviceWorkers(plan.devices)
+        self.workers = DeviceWorkers(plan.devices, cpu_threads)
         self.head_replicas = HeadReplicas()
         self.pipeline = WavefrontPipeline(
             model.encoder.stack, model.decoder.stack, model.decoder.bridge, plan, self.workers
@@ -96,73 +96,28 @@ class HybridEngine:
     def head_loss(
         self, features: Tensor, encoder_out: EncoderOut, target: Tensor, loss_fn: TokenLoss
     ) -> HeadLoss:
+        """The head's summed loss: on device 0 alone (one device, or
+        ``--hybrid-head-on-master``), else split by sentences over every device
+        (``head_shards``), the same way for every device kind."""
         head = self.model.decoder.head
+        master = self.plan.master
         if self.plan.head_devices == 1:
-            device = self.plan.master
-            encoder_out = {k: v.to(device) for k, v in encoder_out.items()
+            encoder_out = {k: v.to(master) for k, v in encoder_out.items()
                            if k in ("encoder_out", "encoder_padding_mask")}
-            return loss_fn(head, features.to(device), encoder_out, target.to(device))
-        bounds = shard_bounds(target.size(0), self.plan.num_devices)
+            return loss_fn(head, features.to(master), encoder_out, target.to(master))
         tokens_per_sentence = loss_fn.selection(target).sum(dim=1).tolist()
         mask = None
         if not loss_fn.features_are_combined:  # drawn here, once, in the plain order
             mask = head.combine_mask((sum(tokens_per_sentence), head.combined_dim), features)
-        shards: List[Tuple[int, Tuple[int, int], Tuple[int, int]]] = []
-        last = 0
-        for index, (start, end) in enumerate(bounds):
-            first, last = last, last + sum(tokens_per_sentence[start:end])
-            if end > start:
-                shards.append((index, (start, end), (first, last)))
-        sources, padding = encoder_out["encoder_out"], encoder_out["encoder_padding_mask"]
-        if torch.is_grad_enabled() and not self.all_cuda:
-            master = self.plan.master
-            return staged_shard_losses(
-                head, loss_fn, self.head_replicas, self.workers, self.plan.devices, shards,
-                features.to(master), sources.to(master), padding, target, mask,
-            )
-        inputs = [
-            (
-                *(t[start:end].to(self.plan.devices[index])
-                  for t in (features, sources, padding, target)),
-                None if mask is None else mask[first:last].to(self.plan.devices[index]),
-            )
-            for index, (start, end), (first, last) in shards
-        ]
-        results = self._run_shards(head, loss_fn, [index for index, _, _ in shards], inputs)
-        master = self.plan.master
-        n_correct = [r.n_correct for r in results if r.n_correct is not None]
-        return HeadLoss(
-            torch.stack([r.loss.to(master) for r in results]).sum(),
-            torch.stack([r.nll_loss.to(master) for r in results]).sum(),
-            torch.stack([c.to(master) for c in n_correct]).sum() if n_correct else None,
+        inputs = ShardInputs(
+            features.to(master), encoder_out["encoder_out"].to(master),
+            encoder_out["encoder_padding_mask"], target, mask,
+        )
+        return sharded_head_loss(
+            head, loss_fn, self.head_replicas, self.workers, self.plan.devices,
+            plan_shards(tokens_per_sentence, self.plan.num_devices), inputs,
         )
 
-    @property
-    def all_cuda(self) -> bool:
-        """Every device a GPU: autograd runs one thread per GPU, so torch's replicate /
-        parallel_apply suffice; otherwise the shards run forward and backward on the
-        workers (``head_shards``), with head replicas instead of swapping one module's
-        parameters from several threads."""
-        return all(d.type == "cuda" for d in self.plan.devices)
-
-    def _run_shards(
-        self,
-        head: AttentionHead,
-        loss_fn: TokenLoss,
-        shards: List[int],
-        inputs: List[Tuple[Optional[Tensor], ...]],
-    ) -> List[HeadLoss]:
-        """Every GPU: torch's replicate/parallel_apply (differentiable). Otherwise this runs
-        only without grad (evaluation): each shard on its worker with its head replica."""
-        devices = [self.plan.devices[index] for index in shards]
-        if self.all_cuda:
-            return parallel_apply(replicate(ShardLoss(head, loss_fn), devices), inputs, devices=devices)
-
-        def shard_task(index: int, shard_inputs: Tuple[Optional[Tensor], ...]) -> Callable[[], HeadLoss]:
-            module = ShardLoss(self.head_replicas.for_shard(index, head, self.plan.devices[index]), loss_fn)
-            return lambda: module(*shard_inputs)
-
-        return self.workers.run_all(
-            [(index, f"head shard {index}", shard_task(index, shard_inputs))
-             for index, shard_inputs in zip(shards, inputs)]
-        )
+    def close(self) -> None:
+        """Stop the worker threads (a closed engine cannot run again)."""
+        self.workers.close()

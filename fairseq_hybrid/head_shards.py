@@ -1,37 +1,207 @@
-"""The head's sentence shards as units of work: ``ShardLoss`` (head + loss, what one
-device runs on its sentences) and, for CPU devices, ``staged_shard_losses``, which runs
-every shard's forward *and backward* on its device's worker.
+"""The head's data parallelism, in one place: sentences split into one ``Shard`` per
+device, each shard's head + loss run forward *and backward* on its device's worker, the
+shard losses summed on device 0 and the head's parameter gradients reduced to the master
+copy. One mechanism for every device kind (CPU devices, GPUs, a mix, a repeated GPU).
 
-Why the staging: CPU autograd runs one ``.backward()`` on a single thread, so shards whose
-forward ran in parallel on the workers would run their backward (two thirds of the head's
-work) one after another. Here the shards are one autograd node: its forward runs each
-shard on its worker from detached leaves (a slice of H and S, and the head's parameters),
-and its backward runs each shard's own ``backward`` on the same worker, in parallel, then
-joins the slices' gradients and sums the parameters' (the data-parallel reduction). Each
-worker computes with its own replica of the head whose parameters share the master's
-storage (``HeadReplicas``): no copies, and no two threads swapping one module's
-parameters (``functional_call`` would, and a checkpointed chunk's recompute in backward
-would then see the wrong ones).
-CUDA needs none of this (autograd runs one thread per GPU): see ``engine.py``.
+How: the shards are one autograd node (``_ShardedHead``). Its forward runs each shard on
+its worker from detached leaves (a slice of H and S, and the head's parameters, seen
+through that worker's head replica); its backward runs each shard's own ``backward`` on
+the same worker, in parallel, then joins the slices' gradients and sums the parameters'
+(the data-parallel reduction). Why not one ``.backward()`` over all shards: CPU autograd
+runs it on a single thread, so the shards' backward (two thirds of the head's work) would
+run one after another; on GPUs the worker's call only waits for its kernels to be queued.
+
+Each worker computes with its own replica of the head (``HeadReplicas``) whose parameters
+share the master's storage on the master's device and are copied to other devices (the
+broadcast of torch's ``replicate``): no two threads ever swap one module's parameters
+(``functional_call`` would, and a checkpointed chunk's recompute in backward would then
+see the wrong ones). Without grad (validation) the same node runs forward only.
 """
 from __future__ import annotations
 
 import copy
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
 from .head import AttentionHead
-from .loss import HeadLoss, TokenLoss
+from .loss import HeadLoss, TokenLoss, sum_head_losses
+from .placement import shard_bounds
 from .worker import DeviceWorkers
 
 Span = Tuple[int, int]
 
 
+@dataclass(frozen=True)
+class Shard:
+    """One device's part of the head: its worker, its sentences (rows of the batch) and
+    their selected target tokens (rows of the pre-drawn combine mask)."""
+
+    worker: int
+    sentences: Span
+    tokens: Span
+
+
+def plan_shards(tokens_per_sentence: Sequence[int], num_devices: int) -> List[Shard]:
+    """Contiguous sentence ranges, one per device, leaving out empty ones."""
+    shards, last = [], 0
+    for worker, (start, end) in enumerate(shard_bounds(len(tokens_per_sentence), num_devices)):
+        first, last = last, last + sum(tokens_per_sentence[start:end])
+        if end > start:
+            shards.append(Shard(worker, (start, end), (first, last)))
+    return shards
+
+
+class HeadReplicas:
+    """One replica of the head per worker, made once; before each step its parameters are
+    pointed at the master's (``.data``: shared storage on the master's device, a copy on
+    another) and its gradients cleared, so each replica's ``.grad`` holds exactly its
+    shard's contribution."""
+
+    def __init__(self) -> None:
+        self._replicas: Dict[int, AttentionHead] = {}
+
+    def for_worker(self, worker: int, head: AttentionHead, device: torch.device) -> AttentionHead:
+        replica = self._replicas.get(worker)
+        if replica is None:
+            replica = self._replicas[worker] = copy.deepcopy(head)
+        replica.train(head.training)
+        own = dict(replica.named_parameters())
+        for name, param in head.named_parameters():
+            target = own[name]
+            target.data = param.data if param.device == device else param.data.to(device)
+            target.requires_grad_(param.requires_grad)
+            target.grad = None
+        return replica
+
+
+@dataclass
+class ShardInputs:
+    """The whole batch's head inputs on device 0; each shard takes its slices."""
+
+    features: Tensor  # B x T x D, H
+    sources: Tensor  # B x S x Ds, encoder states
+    padding_mask: Tensor  # B x S
+    target: Tensor  # B x T
+    combine_mask: Optional[Tensor]  # selected tokens x D_c, or None (no dropout)
+
+
+class _ShardedHead(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, run: "ShardedHeadRun", inputs: ShardInputs, features: Tensor,
+                sources: Tensor, *params: Tensor):
+        ctx.set_materialize_grads(False)
+        outputs = run.workers.run_all(
+            [(shard.worker, f"head shard {shard.worker}", run.forward_task(shard, inputs))
+             for shard in run.shards]
+        )
+        master = features.device
+        total = sum_head_losses([result for result, _ in outputs], master)
+        ctx.run, ctx.outputs, ctx.like = run, outputs, (features, sources)
+        nll = total.nll_loss
+        correct = total.n_correct if total.n_correct is not None else nll.new_zeros(())
+        ctx.mark_non_differentiable(nll, correct)
+        return total.loss.detach(), nll, correct
+
+    @staticmethod
+    def backward(ctx, grad_loss: Optional[Tensor], _grad_nll, _grad_correct):
+        run: ShardedHeadRun = ctx.run
+        features, sources = ctx.like
+        n_params = len(run.param_names)
+        if grad_loss is None:
+            return (None,) * (4 + n_params)
+        run.workers.run_all(
+            [(shard.worker, f"backward of head shard {shard.worker}",
+              run.backward_task(result, grad_loss))
+             for shard, (result, _) in zip(run.shards, ctx.outputs)]
+        )
+        master = features.device
+        feature_grad = torch.zeros_like(features) if features.requires_grad else None
+        source_grad = torch.zeros_like(sources) if sources.requires_grad else None
+        param_grads: List[Optional[Tensor]] = [None] * n_params
+        for shard, (_, leaves) in zip(run.shards, ctx.outputs):
+            start, end = shard.sentences
+            f_leaf, s_leaf, replica_params = leaves
+            if feature_grad is not None and f_leaf.grad is not None:
+                feature_grad[start:end] = f_leaf.grad.to(master)
+            if source_grad is not None and s_leaf.grad is not None:
+                source_grad[start:end] = s_leaf.grad.to(master)
+            for i, param in enumerate(replica_params):
+                if param.grad is not None:
+                    grad = param.grad.to(master)
+                    param_grads[i] = grad if param_grads[i] is None else param_grads[i] + grad
+        ctx.outputs = None  # free the shards' graphs
+        return (None, None, feature_grad, source_grad, *param_grads)
+
+
+@dataclass
+class ShardedHeadRun:
+    """One step's sharded head: the shards, the worker pool, and each shard's replica."""
+
+    workers: DeviceWorkers
+    devices: Sequence[torch.device]
+    shards: Sequence[Shard]
+    replicas: Dict[int, AttentionHead]  # worker -> the head replica it computes with
+    loss_fn: TokenLoss
+    param_names: Sequence[str]
+    grad_enabled: bool
+
+    def forward_task(self, shard: Shard, inputs: ShardInputs):
+        device = self.devices[shard.worker]
+        replica = self.replicas[shard.worker]
+        start, end = shard.sentences
+
+        def leaf(tensor: Tensor) -> Tensor:
+            return tensor[start:end].detach().to(device).requires_grad_(
+                self.grad_enabled and tensor.requires_grad)
+
+        def run() -> tuple:
+            f_leaf, s_leaf = leaf(inputs.features), leaf(inputs.sources)
+            mask = inputs.combine_mask
+            if mask is not None:
+                mask = mask[shard.tokens[0]:shard.tokens[1]].to(device)
+            encoder_out = {"encoder_out": s_leaf,
+                           "encoder_padding_mask": inputs.padding_mask[start:end].to(device)}
+            with torch.set_grad_enabled(self.grad_enabled):
+                result = self.loss_fn(replica, f_leaf, encoder_out,
+                                      inputs.target[start:end].to(device), mask)
+            params = dict(replica.named_parameters())
+            return result, (f_leaf, s_leaf, [params[name] for name in self.param_names])
+
+        return run
+
+    def backward_task(self, result: HeadLoss, grad_loss: Tensor):
+        def run() -> None:
+            if result.loss.requires_grad:
+                torch.autograd.backward(result.loss, grad_loss.to(result.loss.device))
+        return run
+
+
+def sharded_head_loss(
+    head: AttentionHead, loss_fn: TokenLoss, replicas: HeadReplicas, workers: DeviceWorkers,
+    devices: Sequence[torch.device], shards: Sequence[Shard], inputs: ShardInputs,
+) -> HeadLoss:
+    """Summed loss, nll and correct count of the shards, each shard's forward (and, when
+    grad is on, backward) on its own worker."""
+    params = dict(head.named_parameters())
+    run = ShardedHeadRun(
+        workers, devices, shards,
+        {shard.worker: replicas.for_worker(shard.worker, head, devices[shard.worker])
+         for shard in shards},
+        loss_fn, list(params), torch.is_grad_enabled(),
+    )
+    loss, nll, correct = _ShardedHead.apply(
+        run, inputs, inputs.features, inputs.sources, *params.values()
+    )
+    return HeadLoss(loss, nll, correct if loss_fn.count_correct else None)
+
+
 class ShardLoss(nn.Module):
-    """The head plus its loss, as one module so ``replicate``/``parallel_apply`` can run it."""
+    """The head plus its loss as one module, on one shard's inputs (the benchmarks time
+    it as the unit of the head's work)."""
 
     def __init__(self, head: AttentionHead, loss_fn: TokenLoss) -> None:
         super().__init__()
@@ -44,132 +214,3 @@ class ShardLoss(nn.Module):
     ) -> HeadLoss:
         encoder_out = {"encoder_out": sources, "encoder_padding_mask": padding_mask}
         return self.loss_fn(self.head, features, encoder_out, target, combine_mask)
-
-
-class HeadReplicas:
-    """One replica of the head per worker, made once; before each step its parameters are
-    pointed at the master's (``.data``, no copy on the master's device) and its gradients
-    cleared, so each replica's ``.grad`` holds exactly its shard's contribution."""
-
-    def __init__(self) -> None:
-        self._replicas: Dict[int, AttentionHead] = {}
-
-    def for_shard(self, index: int, head: AttentionHead, device: torch.device) -> AttentionHead:
-        replica = self._replicas.get(index)
-        if replica is None:
-            replica = self._replicas[index] = copy.deepcopy(head)
-        replica.train(head.training)
-        own = dict(replica.named_parameters())
-        for name, param in head.named_parameters():
-            target = own[name]
-            target.data = param.data if param.device == device else param.data.to(device)
-            target.requires_grad_(param.requires_grad)
-            target.grad = None
-        return replica
-
-
-class ShardWork:
-    """What the staged node needs to run the shards: for each non-empty shard its worker
-    index, sentence span, token span (of the pre-drawn combine mask) and module (the
-    loss around that worker's head replica)."""
-
-    def __init__(
-        self, workers: DeviceWorkers, devices: Sequence[torch.device],
-        shards: Sequence[Tuple[int, Span, Span]], modules: Sequence[ShardLoss],
-        names: Sequence[str],
-    ) -> None:
-        self.workers = workers
-        self.devices = devices
-        self.shards = shards
-        self.modules = modules
-        self.names = names
-
-
-class _StagedShards(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, work: ShardWork, padding_mask: Tensor, target: Tensor,
-                combine_mask: Optional[Tensor], features: Tensor, sources: Tensor,
-                *params: Tensor):
-        ctx.set_materialize_grads(False)
-
-        def shard_forward(index: int, sentences: Span, tokens: Span, module: ShardLoss) -> Callable[[], tuple]:
-            device = work.devices[index]
-            start, end = sentences
-
-            def run() -> tuple:
-                f_leaf = features[start:end].detach().to(device).requires_grad_(features.requires_grad)
-                s_leaf = sources[start:end].detach().to(device).requires_grad_(sources.requires_grad)
-                mask = None if combine_mask is None else combine_mask[tokens[0]:tokens[1]].to(device)
-                with torch.enable_grad():
-                    result = module(f_leaf, s_leaf, padding_mask[start:end].to(device),
-                                    target[start:end].to(device), mask)
-                return result, (f_leaf, s_leaf, dict(module.named_parameters()))
-
-            return run
-
-        outputs = work.workers.run_all([
-            (index, f"head shard {index}", shard_forward(index, sentences, tokens, module))
-            for (index, sentences, tokens), module in zip(work.shards, work.modules)
-        ])
-        ctx.work, ctx.outputs = work, outputs
-        ctx.like = (features, sources)
-        master = features.device
-        results = [r for r, _ in outputs]
-        loss = torch.stack([r.loss.detach().to(master) for r in results]).sum()
-        nll = torch.stack([r.nll_loss.to(master) for r in results]).sum()
-        counts = [r.n_correct.to(master) for r in results if r.n_correct is not None]
-        correct = torch.stack(counts).sum() if counts else nll.new_zeros(())
-        ctx.mark_non_differentiable(nll, correct)
-        return loss, nll, correct
-
-    @staticmethod
-    def backward(ctx, grad_loss: Optional[Tensor], _grad_nll, _grad_correct):
-        work: ShardWork = ctx.work
-        features, sources = ctx.like
-        n_params = len(work.names)
-        if grad_loss is None:
-            return (None,) * (6 + n_params)
-
-        def shard_backward(result: HeadLoss, device: torch.device) -> Callable[[], None]:
-            def run() -> None:
-                torch.autograd.backward(result.loss, grad_loss.to(device))
-            return run
-
-        work.workers.run_all([
-            (index, f"backward of head shard {index}", shard_backward(result, work.devices[index]))
-            for (index, _, _), (result, _) in zip(work.shards, ctx.outputs)
-        ])
-        master = features.device
-        feature_grad = torch.zeros_like(features) if features.requires_grad else None
-        source_grad = torch.zeros_like(sources) if sources.requires_grad else None
-        param_grads: List[Optional[Tensor]] = [None] * n_params
-        for (_, (start, end), _), (_, (f_leaf, s_leaf, p_leaves)) in zip(work.shards, ctx.outputs):
-            if feature_grad is not None and f_leaf.grad is not None:
-                feature_grad[start:end] = f_leaf.grad.to(master)
-            if source_grad is not None and s_leaf.grad is not None:
-                source_grad[start:end] = s_leaf.grad.to(master)
-            for i, name in enumerate(work.names):
-                grad = p_leaves["head." + name].grad
-                if grad is not None:
-                    grad = grad.to(master)
-                    param_grads[i] = grad if param_grads[i] is None else param_grads[i] + grad
-        ctx.outputs = None  # free the shards' graphs
-        return (None, None, None, None, feature_grad, source_grad, *param_grads)
-
-
-def staged_shard_losses(
-    head: AttentionHead, loss_fn: TokenLoss, replicas: HeadReplicas, workers: DeviceWorkers,
-    devices: Sequence[torch.device], shards: Sequence[Tuple[int, Span, Span]],
-    features: Tensor, sources: Tensor, padding_mask: Tensor, target: Tensor,
-    combine_mask: Optional[Tensor],
-) -> HeadLoss:
-    """Summed loss, nll and correct count of the shards, forward and backward of each on
-    its own worker. ``shards``: (worker index, sentence span, token span), non-empty."""
-    params: Dict[str, Tensor] = dict(head.named_parameters())
-    modules = [ShardLoss(replicas.for_shard(index, head, devices[index]), loss_fn)
-               for index, _, _ in shards]
-    work = ShardWork(workers, devices, shards, modules, list(params))
-    loss, nll, correct = _StagedShards.apply(
-        work, padding_mask, target, combine_mask, features, sources, *params.values()
-    )
-    return HeadLoss(loss, nll, correct if loss_fn.count_correct else None)

@@ -9,7 +9,7 @@ This function is what one data-parallel shard of the head runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple, Optional
+from typing import List, NamedTuple, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -23,6 +23,20 @@ class HeadLoss(NamedTuple):
     loss: Tensor  # summed label-smoothed loss (differentiable)
     nll_loss: Tensor  # summed negative log-likelihood (detached)
     n_correct: Optional[Tensor]  # argmax == target count, when asked for
+
+
+def sum_head_losses(parts: Sequence[HeadLoss], device: Optional[torch.device] = None) -> HeadLoss:
+    """The sums of several parts' losses (token chunks, sentence shards), on ``device``
+    (default: where they are)."""
+    def total(tensors: List[Tensor]) -> Tensor:
+        return torch.stack([t if device is None else t.to(device) for t in tensors]).sum()
+
+    counts = [part.n_correct for part in parts if part.n_correct is not None]
+    return HeadLoss(
+        total([part.loss for part in parts]),
+        total([part.nll_loss for part in parts]),
+        total(counts) if counts else None,
+    )
 
 
 class SmoothedCrossEntropy(torch.autograd.Function):
@@ -129,16 +143,11 @@ def head_loss(
     total = tokens.numel()
     if chunk_tokens <= 0 or total <= chunk_tokens:
         return HeadLoss(*chunk_loss(combined, tokens))
-    parts = [
-        checkpoint(chunk_loss, combined[start : start + chunk_tokens],
-                   tokens[start : start + chunk_tokens], use_reentrant=False)
+    return sum_head_losses([
+        HeadLoss(*checkpoint(chunk_loss, combined[start : start + chunk_tokens],
+                             tokens[start : start + chunk_tokens], use_reentrant=False))
         for start in range(0, total, chunk_tokens)
-    ]
-    return HeadLoss(
-        torch.stack([p[0] for p in parts]).sum(),
-        torch.stack([p[1] for p in parts]).sum(),
-        torch.stack([p[2] for p in parts]).sum() if count_correct else None,
-    )
+    ])
 
 
 @dataclass(frozen=True)

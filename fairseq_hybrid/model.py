@@ -86,6 +86,7 @@ class HybridLSTMModel(FairseqEncoderDecoderModel):
             self.encoder.num_layers,
             self.decoder.num_layers,
             not options.get("hybrid_head_on_master", False),
+            bool(options.get("hybrid_allow_repeated_devices", False)),
         )
 
     def place(self, plan: PlacementPlan) -> None:
@@ -102,15 +103,31 @@ class HybridLSTMModel(FairseqEncoderDecoderModel):
             for index, layer in enumerate(stack.layers):
                 layer.to(plan.device_of_layer(index))
 
-    def hybrid_engine(self) -> HybridEngine:
+    def hybrid_engine(self, cpu_threads: Optional[int] = None) -> HybridEngine:
         """The training engine for ``--hybrid-devices``/``--pipeline-chunks``, built (and
-        the model placed) on first use by the criterion. Generation does not use it."""
+        the model placed) on first use by the criterion. Generation does not use it.
+        ``cpu_threads``: torch threads per CPU device worker (default: cores split)."""
         if self._hybrid_engine is None:
             plan = self.plan_from(self.placement_options)
             self.place(plan)
-            self._hybrid_engine = HybridEngine(self, plan)
+            self._hybrid_engine = HybridEngine(self, plan, cpu_threads)
             logger.info("\n" + plan.table())
         return self._hybrid_engine
+
+    def configure_parallel(self, cpu_threads: Optional[int] = None, **options: Any) -> HybridEngine:
+        """Train on another placement from now on: ``options`` update the placement options
+        (``hybrid_devices``, ``pipeline_chunks``, ``hybrid_balance``,
+        ``hybrid_head_on_master``, ``hybrid_allow_repeated_devices``); the old engine's
+        workers are closed and a new engine is built and returned."""
+        self.close_engine()
+        self.placement_options = {**self.placement_options, **options}
+        return self.hybrid_engine(cpu_threads)
+
+    def close_engine(self) -> None:
+        """Stop the training engine's worker threads (a new one is built on next use)."""
+        if self._hybrid_engine is not None:
+            self._hybrid_engine.close()
+            self._hybrid_engine = None
 
     def prepare_for_inference_(self, cfg: Any) -> None:
         """fairseq-generate/-interactive: one device (fairseq's) unless the user asks for
@@ -182,7 +199,8 @@ class HybridLSTMModel(FairseqEncoderDecoderModel):
         )
         placement_options = {
             name: getattr(cfg, name, None)
-            for name in ("hybrid_devices", "hybrid_balance", "pipeline_chunks", "hybrid_head_on_master")
+            for name in ("hybrid_devices", "hybrid_balance", "pipeline_chunks",
+                         "hybrid_head_on_master", "hybrid_allow_repeated_devices")
         }
         return cls(encoder, decoder, placement_options)
 

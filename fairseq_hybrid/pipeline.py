@@ -43,9 +43,34 @@ def chunk_bounds(length: int, chunks: int) -> List[Span]:
 
 @dataclass(frozen=True)
 class Cell:
+    """One unit of the wavefront's schedule: layer ``layer`` of the encoder or decoder
+    (``side``) over time chunk ``chunk``."""
+
     side: str
     layer: int
     chunk: int
+
+    @property
+    def key(self) -> "Key":
+        return (self.side, self.layer, self.chunk)
+
+
+def input_cell(cell: Cell) -> Optional["Key"]:
+    """The cell whose output this cell reads: the layer below on the same chunk (none for
+    layer 0, which reads the embeddings)."""
+    return None if cell.layer == 0 else (cell.side, cell.layer - 1, cell.chunk)
+
+
+def state_cell(cell: Cell, source_chunks: int) -> Optional["Key"]:
+    """The cell whose final state this cell continues from: its layer's previous chunk;
+    for decoder chunk 0, the encoder layer's last chunk (through the bridge); for encoder
+    chunk 0, none (zeros). With ``input_cell``, the wavefront's whole dependency rule:
+    forward, backward and the performance model all use these two."""
+    if cell.chunk > 0:
+        return (cell.side, cell.layer, cell.chunk - 1)
+    if cell.side == ENCODER:
+        return None
+    return (ENCODER, cell.layer, source_chunks - 1)
 
 
 def clock_cycles(source_chunks: int, target_chunks: int, layers: int) -> List[List[Cell]]:
@@ -97,13 +122,6 @@ class WavefrontPipeline:
         self.plan = plan
         self.workers = workers
 
-    @property
-    def backward_by_stage(self) -> bool:
-        """On CPU devices autograd runs one ``.backward()`` on a single thread, so the
-        pipeline issues each cell's backward on its own worker, in reverse clock order.
-        (CUDA's autograd already runs one thread per device.)"""
-        return self.plan.num_devices > 1 and all(d.type == "cpu" for d in self.plan.devices)
-
     def run(
         self, source: Tensor, source_lengths: Tensor, target: Optional[Tensor],
         masks: Masks,
@@ -116,20 +134,16 @@ class WavefrontPipeline:
             ENCODER: chunk_bounds(source.size(0), self.plan.chunks),
             DECODER: [] if target is None else chunk_bounds(target.size(0), self.plan.chunks),
         }
-        lengths = source_lengths.cpu()
-        if torch.is_grad_enabled() and self.backward_by_stage:
-            empty = source.new_zeros(0)
-            results = _StagedPipeline.apply(
-                self, lengths, spans, masks, source, empty if target is None else target
-            )
-            encoder_top, decoder_top = results[0], results[1]
-            hiddens = results[2 : 2 + self.num_layers]
-            cells = results[2 + self.num_layers :]
-            return PipelineOutput(
-                encoder_top, list(zip(hiddens, cells)), None if target is None else decoder_top
-            )
-        outputs, states, _ = self.forward_cells(source, lengths, target, spans, masks, detach=False)
-        return self.collect(outputs, states, spans, target is not None)
+        results = _StagedPipeline.apply(
+            self, torch.is_grad_enabled(), source_lengths.cpu(), spans, masks, source,
+            source.new_zeros(0) if target is None else target,
+        )
+        encoder_top, decoder_top = results[0], results[1]
+        hiddens = results[2 : 2 + self.num_layers]
+        cells = results[2 + self.num_layers :]
+        return PipelineOutput(
+            encoder_top, list(zip(hiddens, cells)), None if target is None else decoder_top
+        )
 
     def collect(
         self, outputs: Dict[Key, Tensor], states: Dict[Key, State],
@@ -156,10 +170,9 @@ class WavefrontPipeline:
         target: Optional[Tensor],
         spans: Dict[str, Sequence[Span]],
         masks: Masks,
-        detach: bool,
     ) -> Tuple[Dict[Key, Tensor], Dict[Key, State], Dict[Key, CellRecord]]:
-        """Run every cell in clock-cycle order. With ``detach`` each cell starts from
-        detached copies of its inputs (leaves), so its backward can run on its own."""
+        """Run every cell in clock-cycle order, each on its layer's worker. Each cell starts
+        from detached copies of its inputs (leaves), so its backward can run on its own."""
         inputs = {ENCODER: source, DECODER: target}
         outputs: Dict[Key, Tensor] = {}
         states: Dict[Key, State] = {}
@@ -175,17 +188,17 @@ class WavefrontPipeline:
 
             def run() -> CellRecord:
                 input_leaf = None
-                if cell.layer == 0:
+                below = input_cell(cell)
+                if below is None:
                     x = inputs[cell.side][start:end]
                 else:
-                    x = outputs[(cell.side, cell.layer - 1, cell.chunk)]
-                    if detach:
-                        x = input_leaf = leaf(x)
+                    x = input_leaf = leaf(outputs[below])
                 mask = masks[cell.side][cell.layer]
                 x = apply_mask(x.to(device), None if mask is None else mask[start:end])
-                state_leaves = previous = self._previous_state(cell, states, spans)
-                if detach and previous is not None:
-                    state_leaves = previous = (leaf(previous[0]), leaf(previous[1]))
+                state_leaves = previous = None
+                before = state_cell(cell, len(spans[ENCODER]))
+                if before is not None:
+                    state_leaves = previous = (leaf(states[before][0]), leaf(states[before][1]))
                 state = self._initial_state(cell, previous, device)
                 steps = None
                 if cell.side == ENCODER:
@@ -206,17 +219,6 @@ class WavefrontPipeline:
                 key = (cell.side, cell.layer, cell.chunk)
                 outputs[key], states[key], records[key] = record.output, record.state, record
         return outputs, states, records
-
-    def _previous_state(
-        self, cell: Cell, states: Dict[Key, State], spans: Dict[str, Sequence[Span]]
-    ) -> Optional[State]:
-        """The state this cell continues from: its layer's state after the previous chunk;
-        for decoder chunk 0, the encoder layer's final state; for encoder chunk 0, none."""
-        if cell.chunk > 0:
-            return states[(cell.side, cell.layer, cell.chunk - 1)]
-        if cell.side == ENCODER:
-            return None
-        return states[(ENCODER, cell.layer, len(spans[ENCODER]) - 1)]
 
     def _initial_state(
         self, cell: Cell, previous: Optional[State], device: torch.device
@@ -277,14 +279,12 @@ class WavefrontPipeline:
                 ]
             )
             for cell in cycle:
-                record = records[(cell.side, cell.layer, cell.chunk)]
-                if record.input_leaf is not None:
-                    output_grads[(cell.side, cell.layer - 1, cell.chunk)] = record.input_leaf.grad
-                if record.state_leaves is not None:
-                    previous = (
-                        (cell.side, cell.layer, cell.chunk - 1) if cell.chunk > 0
-                        else (ENCODER, cell.layer, len(spans[ENCODER]) - 1)
-                    )
+                record = records[cell.key]
+                below = input_cell(cell)
+                if below is not None:
+                    output_grads[below] = record.input_leaf.grad
+                previous = state_cell(cell, len(spans[ENCODER]))
+                if previous is not None:
                     state_grads[previous] = tuple(
                         add_grads(state_grads.get(previous, (None, None))[i],
                                   record.state_leaves[i].grad)
@@ -306,19 +306,21 @@ def describe(cell: Cell) -> str:
 
 class _StagedPipeline(torch.autograd.Function):
     """The whole pipeline as one autograd node whose backward is the pipeline's own
-    reverse-clock-order schedule of per-cell backward calls on the device workers."""
+    reverse-clock-order schedule of per-cell backward calls on the device workers (CPU
+    autograd would run one ``.backward()`` on a single thread; on GPUs each worker's call
+    only waits for its kernels to be queued). ``grad_enabled``: the caller's grad mode
+    (without grad, as in validation, the cells record no graph)."""
 
     @staticmethod
-    def forward(ctx, pipeline: WavefrontPipeline, lengths: Tensor, spans, masks: Masks,
-                source: Tensor, target: Tensor):
+    def forward(ctx, pipeline: WavefrontPipeline, grad_enabled: bool, lengths: Tensor, spans,
+                masks: Masks, source: Tensor, target: Tensor):
         ctx.set_materialize_grads(False)  # unused outputs get None, not zeros
         has_target = target.numel() > 0
-        source_leaf = source.detach().requires_grad_(source.requires_grad)
-        target_leaf = target.detach().requires_grad_(target.requires_grad)
-        with torch.enable_grad():
+        source_leaf = source.detach().requires_grad_(grad_enabled and source.requires_grad)
+        target_leaf = target.detach().requires_grad_(grad_enabled and target.requires_grad)
+        with torch.set_grad_enabled(grad_enabled):
             outputs, states, records = pipeline.forward_cells(
                 source_leaf, lengths, target_leaf if has_target else None, spans, masks,
-                detach=True,
             )
         result = pipeline.collect(outputs, states, spans, has_target)
         ctx.pipeline, ctx.records, ctx.spans = pipeline, records, spans
@@ -338,4 +340,4 @@ class _StagedPipeline(torch.autograd.Function):
             list(zip(final_grads[:layers], final_grads[layers:])),
         )
         ctx.records = None  # free the cells' graphs
-        return None, None, None, None, source_leaf.grad, target_leaf.grad
+        return None, None, None, None, None, source_leaf.grad, target_leaf.grad

@@ -18,6 +18,7 @@ import torch
 from .errors import HybridConfigError
 
 DEVICES_OPTION = "--hybrid-devices"
+REPEAT_OPTION = "--hybrid-allow-repeated-devices"
 BALANCE_OPTION = "--hybrid-balance"
 CHUNKS_OPTION = "--pipeline-chunks"
 
@@ -56,7 +57,9 @@ def parse_device(item: str, spec: str) -> torch.device:
     )
 
 
-def parse_devices(spec: Optional[str]) -> List[torch.device]:
+def parse_devices(spec: Optional[str], allow_repeated: bool = False) -> List[torch.device]:
+    """The devices of ``spec``; a GPU may be listed twice only with ``allow_repeated`` (two
+    workers sharing one GPU: how one GPU runs the multi-device code for checks)."""
     if spec is None:
         return [default_device()]
     items = spec.split(",")
@@ -67,11 +70,12 @@ def parse_devices(spec: Optional[str]) -> List[torch.device]:
         )
     devices = [parse_device(item, spec) for item in items]
     gpus = [d for d in devices if d.type == "cuda"]
-    if len(set(gpus)) != len(gpus):
+    if len(set(gpus)) != len(gpus) and not allow_repeated:
         repeated = sorted({str(d) for d in gpus if gpus.count(d) > 1})
         raise HybridConfigError(
             f"{DEVICES_OPTION} {spec!r} lists {', '.join(repeated)} more than once: each GPU "
-            "can be given once (cpu may repeat: CPU devices are worker threads)"
+            f"can be given once (cpu may repeat: CPU devices are worker threads; to check "
+            f"the multi-device code on one GPU, add {REPEAT_OPTION})"
         )
     return devices
 
@@ -155,8 +159,9 @@ def build_plan(
     encoder_layers: int,
     decoder_layers: int,
     split_head: bool = True,
+    allow_repeated: bool = False,
 ) -> PlacementPlan:
-    devices = parse_devices(devices_spec)
+    devices = parse_devices(devices_spec, allow_repeated)
     num_layers = min(encoder_layers, decoder_layers)
     if len(devices) > num_layers:
         raise HybridConfigError(
@@ -194,6 +199,7 @@ def check_plan_options(cfg, argv: Optional[Sequence[str]] = None) -> PlacementPl
         getattr(cfg, "pipeline_chunks", None),
         effective(cfg, "encoder_layers"),
         effective(cfg, "decoder_layers"),
+        allow_repeated=bool(getattr(cfg, "hybrid_allow_repeated_devices", False)),
     )
 
 

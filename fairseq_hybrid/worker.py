@@ -5,6 +5,13 @@ overhead never serialises the others; on CPU "devices" the workers run on separa
 for real (torch ops release the GIL). ``run_all`` runs a batch of tasks (one clock cycle,
 or one head shard per device) and waits for all of them; a task's exception reaches the
 caller with its original traceback chained, and nothing is left waiting.
+
+The only device-specific code: a CUDA worker sets its thread's current device once, and
+then issues everything on that device's current (default) stream. Work on another device
+is ordered by torch itself: a cross-device ``Tensor.to`` waits for both devices' current
+streams (a GPU -> CPU copy waits for the kernels that made its input), and ``run_all``
+returns only after each task has issued its work. So no events are needed, and the same
+code runs on CPU devices, GPUs, a mix, or one GPU listed twice (two workers, one stream).
 """
 from __future__ import annotations
 
@@ -27,10 +34,12 @@ def cpu_threads_per_worker(num_cpu_workers: int) -> int:
 class DeviceWorkers:
     """A single-thread executor per entry of ``devices`` (``cpu,cpu`` gives two)."""
 
-    def __init__(self, devices: Sequence[torch.device]) -> None:
+    def __init__(self, devices: Sequence[torch.device], cpu_threads: Optional[int] = None) -> None:
+        """``cpu_threads``: torch threads of each CPU device's worker (default: the cores
+        split between them)."""
         self.devices = list(devices)
         cpu_workers = sum(1 for d in self.devices if d.type == "cpu")
-        self.cpu_threads = cpu_threads_per_worker(cpu_workers)
+        self.cpu_threads = cpu_threads or cpu_threads_per_worker(cpu_workers)
         self._executors = [
             ThreadPoolExecutor(
                 max_workers=1,

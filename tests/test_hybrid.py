@@ -13,11 +13,8 @@ pytestmark = pytest.mark.usefixtures("full_precision_reference")
 
 
 def use_devices(model, devices: str, chunks: int, balance=None, head_on_master=False):
-    model.placement_options = {
-        "hybrid_devices": devices, "pipeline_chunks": chunks, "hybrid_balance": balance,
-        "hybrid_head_on_master": head_on_master,
-    }
-    model._hybrid_engine = None
+    model.configure_parallel(hybrid_devices=devices, pipeline_chunks=chunks,
+                             hybrid_balance=balance, hybrid_head_on_master=head_on_master)
     return model
 
 
@@ -69,7 +66,10 @@ def test_model_parallel_only_keeps_the_head_on_device_0_with_the_same_numbers(mo
     use_devices(model, "cpu,cpu,cpu", 3, head_on_master=True)
     engine = model.hybrid_engine()
     assert engine.plan.head_devices == 1 and "head (all sentences)" in engine.plan.table()
-    monkeypatch.setattr(engine, "_run_shards", lambda *a: pytest.fail("the head was split"))
+    import fairseq_hybrid.engine
+
+    monkeypatch.setattr(fairseq_hybrid.engine, "sharded_head_loss",
+                        lambda *a: pytest.fail("the head was split"))
     hybrid = HybridCrossEntropyCriterion(task, False, 0.1, softmax_chunk_tokens=4)
     assert_same(loss_and_grads(hybrid, model, batch), reference, rtol=1e-10, atol=1e-13)
 
@@ -114,18 +114,47 @@ def test_bfloat16_model_runs_in_bfloat16_through_the_engine():
     assert all(p.dtype == torch.bfloat16 and p.grad is not None for p in model.parameters())
 
 
-@pytest.mark.parametrize("by_stage", [False, True])
-def test_backward_by_stage_and_by_autograd_agree(monkeypatch, by_stage):
-    """CPU devices run each cell's backward on its worker; GPUs leave backward to
-    autograd. Both schedules give the single-device gradients."""
-    from fairseq_hybrid.pipeline import WavefrontPipeline
+def test_every_cell_and_shard_runs_forward_and_backward_on_its_worker(monkeypatch):
+    """One mechanism for every device kind: each pipeline cell's and each head shard's
+    forward and backward are issued on the worker of its device, none on the caller's
+    thread or autograd's."""
+    from fairseq_hybrid.worker import DeviceWorkers
 
-    monkeypatch.setattr(WavefrontPipeline, "backward_by_stage", property(lambda self: by_stage))
+    issued = []
+    original = DeviceWorkers.run_all
+
+    def recording_run_all(self, tasks):
+        issued.extend(description for _, description, _ in tasks)
+        return original(self, tasks)
+
+    monkeypatch.setattr(DeviceWorkers, "run_all", recording_run_all)
     _, task, model, batch = setup(torch.float64, seed=21)
     reference = loss_and_grads(LabelSmoothedCrossEntropyCriterion(task, False, 0.1), model, batch)
     use_devices(model, "cpu,cpu,cpu", 4)
     hybrid = HybridCrossEntropyCriterion(task, False, 0.1)
     assert_same(loss_and_grads(hybrid, model, batch), reference, rtol=1e-10, atol=1e-13)
+    cells = 2 * 4 * 4  # encoder + decoder, 4 layers, 4 chunks
+    assert sum(d.startswith(("encoder", "decoder")) for d in issued) == cells
+    assert sum(d.startswith("backward of encoder") or d.startswith("backward of decoder")
+               for d in issued) == cells
+    assert sum(d.startswith("head shard") for d in issued) == 3
+    assert sum(d.startswith("backward of head shard") for d in issued) == 3
+
+
+def test_one_device_with_chunks_and_validation_use_the_same_pipeline():
+    """One device with K > 1 chunks trains through the staged pipeline, and evaluation
+    (no grad) runs the same cells and shards without recording a graph."""
+    _, task, model, batch = setup(torch.float64, seed=8)
+    reference = loss_and_grads(LabelSmoothedCrossEntropyCriterion(task, False, 0.1), model, batch)
+    hybrid = HybridCrossEntropyCriterion(task, False, 0.1)
+    use_devices(model, "cpu", 3)
+    assert_same(loss_and_grads(hybrid, model, batch), reference, rtol=1e-10, atol=1e-13)
+    use_devices(model, "cpu,cpu", 2)
+    with torch.no_grad():
+        loss, _, logging = hybrid(model, batch)
+    assert not loss.requires_grad
+    torch.testing.assert_close(loss, reference[0], rtol=1e-10, atol=0)
+    torch.testing.assert_close(logging["nll_loss"], reference[2]["nll_loss"], rtol=1e-10, atol=0)
 
 
 @pytest.mark.parametrize("input_feeding", [False, True])

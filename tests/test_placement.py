@@ -147,3 +147,13 @@ def test_a_gpu_listed_twice_is_rejected(monkeypatch):
     assert parse_devices("0,cuda:1") == [torch.device("cuda", 0), torch.device("cuda", 1)]
     with pytest.raises(HybridConfigError, match=r"'0,cuda:0' lists cuda:0 more than once"):
         parse_devices("0,cuda:0")
+
+
+def test_a_gpu_listed_twice_is_allowed_only_when_asked(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(HybridConfigError, match="add --hybrid-allow-repeated-devices"):
+        build_plan("cuda:0,cuda:0", None, None, 2, 2)
+    plan = build_plan("cuda:0,cuda:0", None, None, 2, 2, allow_repeated=True)
+    assert plan.devices == (torch.device("cuda", 0), torch.device("cuda", 0))
+    assert plan.layer_device == (0, 1) and plan.chunks == 4
