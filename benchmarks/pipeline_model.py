@@ -586,25 +586,20 @@ def measure_stage_times(
 # ------------------------------------------------------------------ simulator
 def _dependencies(key: Key, source_chunks: int, direction: str, layers: int, target_chunks: int) -> List[Tuple[Key, str]]:
     """The cells whose results ``key`` needs: (cell, kind) with kind "output" (crosses from
-    layer l-1 forward / l+1 backward) or "state" (same layer)."""
-    side, layer, chunk = key
-    deps: List[Tuple[Key, str]] = []
+    layer l-1 forward / l+1 backward) or "state" (same layer). The pipeline's own rule
+    (``input_cell``, ``state_cell``); backward inverts it."""
+    from fairseq_hybrid.pipeline import Cell, clock_cycles, input_cell, state_cell
+
+    def needs(cell: Cell) -> List[Tuple[Optional[Key], str]]:
+        return [(input_cell(cell), "output"), (state_cell(cell, source_chunks), "state")]
+
     if direction == "forward":
-        if layer > 0:
-            deps.append(((side, layer - 1, chunk), "output"))
-        if chunk > 0:
-            deps.append(((side, layer, chunk - 1), "state"))
-        elif side == "decoder":
-            deps.append((("encoder", layer, source_chunks - 1), "state"))
-    else:
-        if layer < layers - 1:
-            deps.append(((side, layer + 1, chunk), "output"))
-        last = (source_chunks if side == "encoder" else target_chunks) - 1
-        if chunk < last:
-            deps.append(((side, layer, chunk + 1), "state"))
-        elif side == "encoder" and target_chunks > 0:
-            deps.append((("decoder", layer, 0), "state"))
-    return deps
+        return [(dep, kind) for dep, kind in needs(Cell(*key)) if dep is not None]
+    return [
+        (other.key, kind)
+        for cycle in clock_cycles(source_chunks, target_chunks, layers) for other in cycle
+        for dep, kind in needs(other) if dep == key
+    ]
 
 
 def _cell_transfer(
