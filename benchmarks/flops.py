@@ -76,16 +76,17 @@ def training_flops_per_target_token(
 
 
 def matmul_flops_per_second(
-    threads: int, size: int = 2048, repeats: int = 5, device: Optional[torch.device] = None
+    threads: int, size: int = 2048, repeats: int = 5, device: Optional[torch.device] = None,
+    dtype: torch.dtype = torch.float32,
 ) -> float:
-    """Median FLOP/s of a ``size`` x ``size`` float32 matrix product (``threads`` torch
+    """Median FLOP/s of a ``size`` x ``size`` matrix product in ``dtype`` (``threads`` torch
     threads on the CPU; one GPU when ``device`` is CUDA)."""
     device = device or torch.device("cpu")
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        a = torch.randn(size, size, device=device)
-        b = torch.randn(size, size, device=device)
+        a = torch.randn(size, size, device=device, dtype=dtype)
+        b = torch.randn(size, size, device=device, dtype=dtype)
         inner = 3 if device.type == "cpu" else 50
         times = []
         for _ in range(repeats + 1):

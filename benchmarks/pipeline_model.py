@@ -49,21 +49,20 @@ command on a GPU box measures GPU stage times. Transfers use ``--bandwidth-gbs``
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import torch
+
+from .jsonio import write_json_atomic
 
 Key = Tuple[str, int, int]  # (side, layer, chunk), as pipeline.py keys its cells
 SEMANTICS = ("cpu-workers", "cuda")
@@ -458,7 +457,6 @@ def measure_stage_times(
     worker; or e.g. "cuda:0", timed with ``torch.cuda.synchronize``)."""
     from fairseq_hybrid.head_shards import ShardLoss
     from fairseq_hybrid.loss import TokenLoss
-    from fairseq_hybrid.pipeline import DECODER, ENCODER
 
     saved_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -1102,14 +1100,6 @@ def format_report(report: Dict[str, Any]) -> str:
     lines.append(f"load average (1 min) at start {load['start'][0]:.2f}, end {load['end'][0]:.2f}; "
                  f"elapsed {report['elapsed_s']}s")
     return "\n".join(lines)
-
-
-def write_json_atomic(report: Dict[str, Any], path: str) -> None:
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=out.parent, delete=False, suffix=".tmp") as tmp:
-        json.dump(report, tmp, indent=2)
-    os.replace(tmp.name, out)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

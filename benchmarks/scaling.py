@@ -19,7 +19,6 @@ is present) the pipeline performance model. Writes ``<out>/<name>.json`` and ``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -37,6 +36,7 @@ from .data import length_stats, sample_data, synthetic_data
 from .fairseq_runs import MALLOC_CACHE_ENV, ROOT, BenchmarkError, OutOfMemory, TrainConfig, run_generation, run_training
 from .flops import ModelShape, matmul_flops_per_second, training_flops_per_target_token
 from .head_memory import measure as measure_head_memory
+from .jsonio import write_json_atomic
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def configurations(preset: Preset, devices: List[str]) -> List[TrainConfig]:
     many = f"--hybrid-devices {','.join(devices)}"
     hybrid = f"--arch {preset.hybrid_arch} {preset.model_options}"
     configs = [
-        TrainConfig("a", f"fairseq lstm (input feeding), 1 device",
+        TrainConfig("a", "fairseq lstm (input feeding), 1 device",
                     f"--arch {preset.lstm_arch} {preset.model_options}", threads, env=one_env),
         TrainConfig("b", "hybrid_lstm, 1 device", f"{hybrid} {one}", threads, env=one_env),
     ]
@@ -334,13 +334,6 @@ def targets(report: Dict[str, object]) -> Dict[str, Dict[str, object]]:
     return out
 
 
-def write_json(report: Dict[str, object], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
-        json.dump(report, tmp, indent=2)
-    os.replace(tmp.name, path)
-
-
 def summary(report: Dict[str, object]) -> str:
     lines = ["| config | target tok/s | source tok/s | MFU | peak RSS/process |", "|---|---:|---:|---:|---:|"]
     for key, row in report["training"].items():
@@ -407,7 +400,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     Path(args.work).mkdir(parents=True, exist_ok=True)
     report = run(args)
     out = Path(args.out)
-    write_json(report, out / f"{args.name}.json")
+    write_json_atomic(report, out / f"{args.name}.json")
     if report["training"]:
         chart.draw(report, out / f"{args.name}.png")
     print(summary(report))

@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 from typing import Optional, Tuple
 
-import torch
 import torch.nn as nn
 from torch import Tensor
 
