@@ -77,6 +77,11 @@ class HybridLSTMDecoder(FairseqIncrementalDecoder):
             for hidden, cell in zip(encoder_out["final_hiddens"], encoder_out["final_cells"])
         ]
 
+    @property
+    def has_bridge(self) -> bool:
+        """Whether encoder and decoder hidden sizes differ (then ``bridge`` maps them)."""
+        return self.bridge_hidden is not None
+
     def bridge(self, hidden: Tensor, cell: Tensor) -> State:
         """Map an encoder layer's final (h, c) to the decoder's hidden size if needed."""
         if self.bridge_hidden is None:

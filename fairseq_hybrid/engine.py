@@ -38,9 +38,7 @@ class HybridEngine:
         self.plan = plan
         self.workers = DeviceWorkers(plan.devices, cpu_threads)
         self.head_replicas = HeadReplicas()
-        self.pipeline = WavefrontPipeline(
-            model.encoder.stack, model.decoder.stack, model.decoder.bridge, plan, self.workers
-        )
+        self.pipeline = WavefrontPipeline.for_model(model, plan, self.workers)
         if any(d.type == "cpu" for d in plan.devices) and plan.num_devices > 1:
             logger.info(
                 f"hybrid: {self.workers.cpu_threads} torch thread(s) per CPU device worker"

@@ -11,6 +11,11 @@ the same worker, in parallel, then joins the slices' gradients and sums the para
 runs it on a single thread, so the shards' backward (two thirds of the head's work) would
 run one after another; on GPUs the worker's call only waits for its kernels to be queued.
 
+Each shard's graph holds only its own leaves (its slices of H and S copied to its device,
+and its replica's parameters): no autograd edge crosses devices, so each shard's backward
+runs alone on its device (on GPUs the device that runs this node's backward runs its own
+shard itself: ``worker.autograd_device_thread``).
+
 Each worker computes with its own replica of the head (``HeadReplicas``) whose parameters
 share the master's storage on the master's device and are copied to other devices (the
 broadcast of torch's ``replicate``): no two threads ever swap one module's parameters
@@ -30,7 +35,7 @@ from torch import Tensor
 from .head import AttentionHead
 from .loss import HeadLoss, TokenLoss, sum_head_losses
 from .placement import shard_bounds
-from .worker import DeviceWorkers
+from .worker import DeviceWorkers, autograd_device_thread
 
 Span = Tuple[int, int]
 
@@ -116,7 +121,8 @@ class _ShardedHead(torch.autograd.Function):
         run.workers.run_all(
             [(shard.worker, f"backward of head shard {shard.worker}",
               run.backward_task(result, grad_loss))
-             for shard, (result, _) in zip(run.shards, ctx.outputs)]
+             for shard, (result, _) in zip(run.shards, ctx.outputs)],
+            autograd_device_thread([grad_loss]),
         )
         master = features.device
         feature_grad = torch.zeros_like(features) if features.requires_grad else None

@@ -12,7 +12,7 @@ lives on another device. With one chunk and one device this is the plain model.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -20,7 +20,7 @@ from torch import Tensor
 from .dropout import apply_mask
 from .lstm_stack import LSTMStack, State, run_layer
 from .placement import PlacementPlan
-from .worker import DeviceWorkers
+from .worker import DeviceWorkers, autograd_device_thread
 
 ENCODER, DECODER = "encoder", "decoder"
 Span = Tuple[int, int]
@@ -94,13 +94,29 @@ class PipelineOutput:
 
 
 @dataclass
+class BridgeRecord:
+    """Decoder chunk 0 with a bridge: the encoder's final state as leaves on device 0 and
+    the bridged state computed from them there (a graph of its own, on device 0)."""
+    inputs: State
+    outputs: State
+
+
+@dataclass
 class CellRecord:
-    """What a cell's own backward needs when the pipeline runs backward stage by stage:
-    its detached inputs (leaves whose .grad it fills) and its outputs."""
-    input_leaf: Optional[Tensor]
+    """What a cell's own backward needs: its detached inputs (leaves on the cell's device,
+    whose .grad it fills), its outputs, and its bridge (decoder chunk 0, sizes differ).
+    A cell's graph holds only its own leaves and its layer's parameters, all on its
+    device: no autograd edge crosses devices, so each cell's backward can run alone."""
+    input_leaf: Tensor
     state_leaves: Optional[State]
     output: Tensor
     state: State
+    bridge: Optional[BridgeRecord] = None
+
+
+def leaf_on(tensor: Tensor, device: torch.device) -> Tensor:
+    """A detached copy of ``tensor`` on ``device`` that records its own gradient."""
+    return tensor.detach().to(device).requires_grad_(tensor.requires_grad)
 
 
 Key = Tuple[str, int, int]
@@ -112,15 +128,22 @@ class WavefrontPipeline:
         self,
         encoder_stack: LSTMStack,
         decoder_stack: LSTMStack,
-        bridge: Callable[[Tensor, Tensor], State],
+        bridge: Optional[Callable[[Tensor, Tensor], State]],
         plan: PlacementPlan,
         workers: DeviceWorkers,
     ) -> None:
         self.stacks = {ENCODER: encoder_stack, DECODER: decoder_stack}
         self.num_layers = len(encoder_stack.layers)
-        self.bridge = bridge
+        self.bridge = bridge  # on device 0; None when encoder and decoder sizes agree
         self.plan = plan
         self.workers = workers
+
+    @classmethod
+    def for_model(cls, model: Any, plan: PlacementPlan, workers: DeviceWorkers) -> "WavefrontPipeline":
+        """The pipeline over a ``HybridLSTMModel``'s encoder and decoder stacks."""
+        decoder = model.decoder
+        return cls(model.encoder.stack, decoder.stack,
+                   decoder.bridge if decoder.has_bridge else None, plan, workers)
 
     def run(
         self, source: Tensor, source_lengths: Tensor, target: Optional[Tensor],
@@ -177,9 +200,7 @@ class WavefrontPipeline:
         outputs: Dict[Key, Tensor] = {}
         states: Dict[Key, State] = {}
         records: Dict[Key, CellRecord] = {}
-
-        def leaf(tensor: Tensor) -> Tensor:
-            return tensor.detach().requires_grad_(tensor.requires_grad)
+        source_chunks = len(spans[ENCODER])
 
         def cell_task(cell: Cell) -> Callable[[], CellRecord]:
             stack = self.stacks[cell.side]
@@ -187,24 +208,26 @@ class WavefrontPipeline:
             start, end = spans[cell.side][cell.chunk]
 
             def run() -> CellRecord:
-                input_leaf = None
                 below = input_cell(cell)
-                if below is None:
-                    x = inputs[cell.side][start:end]
-                else:
-                    x = input_leaf = leaf(outputs[below])
+                x = inputs[cell.side][start:end] if below is None else outputs[below]
+                input_leaf = leaf_on(x, device)
                 mask = masks[cell.side][cell.layer]
-                x = apply_mask(x.to(device), None if mask is None else mask[start:end])
-                state_leaves = previous = None
-                before = state_cell(cell, len(spans[ENCODER]))
+                x = apply_mask(input_leaf, None if mask is None else mask[start:end])
+                state_leaves, bridge = None, None
+                before = state_cell(cell, source_chunks)
                 if before is not None:
-                    state_leaves = previous = (leaf(states[before][0]), leaf(states[before][1]))
-                state = self._initial_state(cell, previous, device)
+                    previous = states[before]
+                    if cell.side == DECODER and cell.chunk == 0 and self.bridge is not None:
+                        master = self.plan.master
+                        bridge_inputs = (leaf_on(previous[0], master), leaf_on(previous[1], master))
+                        bridge = BridgeRecord(bridge_inputs, self.bridge(*bridge_inputs))
+                        previous = bridge.outputs
+                    state_leaves = (leaf_on(previous[0], device), leaf_on(previous[1], device))
                 steps = None
                 if cell.side == ENCODER:
                     steps = (lengths - start).clamp(min=0, max=end - start)
-                out, final = run_layer(stack.layers[cell.layer], x, steps, state)
-                return CellRecord(input_leaf, state_leaves, out, final)
+                out, final = run_layer(stack.layers[cell.layer], x, steps, state_leaves)
+                return CellRecord(input_leaf, state_leaves, out, final, bridge)
 
             return run
 
@@ -220,31 +243,28 @@ class WavefrontPipeline:
                 outputs[key], states[key], records[key] = record.output, record.state, record
         return outputs, states, records
 
-    def _initial_state(
-        self, cell: Cell, previous: Optional[State], device: torch.device
-    ) -> Optional[State]:
-        if previous is None:
-            return None  # zeros
-        if cell.side == DECODER and cell.chunk == 0:  # bridge encoder -> decoder sizes
-            master = self.plan.master
-            previous = self.bridge(previous[0].to(master), previous[1].to(master))
-        return previous[0].to(device), previous[1].to(device)
-
     def backward_cells(
         self,
         records: Dict[Key, CellRecord],
         spans: Dict[str, Sequence[Span]],
         top_grads: Dict[str, Optional[Tensor]],
         final_grads: Sequence[Tuple[Optional[Tensor], Optional[Tensor]]],
-    ) -> None:
-        """Each cell's backward on its own worker, in reverse clock order; fills the
-        input leaves' (and the parameters') ``.grad``. ``final_grads``: gradients that
-        reached the encoder's final states from outside (input feeding uses them)."""
+        inline_device: Optional[torch.device] = None,
+    ) -> Dict[str, List[Optional[Tensor]]]:
+        """Each cell's backward on its own worker, in reverse clock order (and a decoder
+        layer's bridge on device 0's worker right after its chunk 0); fills the
+        parameters' ``.grad`` and returns, per side, each chunk's input gradient (layer
+        0's input: the embeddings). ``final_grads``: gradients that reached the encoder's
+        final states from outside (input feeding uses them). ``inline_device``: see
+        ``worker.autograd_device_thread``."""
         output_grads: Dict[Key, Optional[Tensor]] = {}
         state_grads: Dict[Key, Tuple[Optional[Tensor], Optional[Tensor]]] = {}
-        last_source_chunk = len(spans[ENCODER]) - 1
+        input_grads: Dict[str, List[Optional[Tensor]]] = {
+            side: [None] * len(spans[side]) for side in (ENCODER, DECODER)
+        }
+        source_chunks = len(spans[ENCODER])
         for layer, grads in enumerate(final_grads):
-            state_grads[(ENCODER, layer, last_source_chunk)] = grads
+            state_grads[(ENCODER, layer, source_chunks - 1)] = grads
         top = self.num_layers - 1
         for side, grad in top_grads.items():
             for chunk, (start, end) in enumerate(spans[side]):
@@ -254,42 +274,72 @@ class WavefrontPipeline:
             record = records[key]
 
             def run() -> None:
-                tensors, grads = [], []
                 state_grad = state_grads.get(key, (None, None))
-                for tensor, grad in (
-                    (record.output, output_grads.get(key)),
-                    (record.state[0], state_grad[0]),
-                    (record.state[1], state_grad[1]),
-                ):
-                    if grad is not None and tensor.requires_grad:
-                        tensors.append(tensor)
-                        grads.append(grad.to(tensor.device))
-                if tensors:
-                    torch.autograd.backward(tensors, grads)
+                backward_from(
+                    (record.output, record.state[0], record.state[1]),
+                    (output_grads.get(key), state_grad[0], state_grad[1]),
+                )
 
             return run
 
-        cycles = clock_cycles(len(spans[ENCODER]), len(spans[DECODER]), self.num_layers)
+        def bridge_task(bridge: BridgeRecord, grads: State) -> Callable[[], State]:
+            def run() -> State:
+                backward_from(bridge.outputs, grads)
+                return bridge.inputs[0].grad, bridge.inputs[1].grad
+            return run
+
+        cycles = clock_cycles(source_chunks, len(spans[DECODER]), self.num_layers)
         for cycle in reversed(cycles):
             self.workers.run_all(
                 [
                     (self.plan.layer_device[cell.layer], "backward of " + describe(cell),
-                     backward_task((cell.side, cell.layer, cell.chunk)))
+                     backward_task(cell.key))
                     for cell in cycle
-                ]
+                ],
+                inline_device,
             )
+            bridged: List[Tuple[Key, Callable[[], State]]] = []
             for cell in cycle:
                 record = records[cell.key]
                 below = input_cell(cell)
-                if below is not None:
+                if below is None:
+                    input_grads[cell.side][cell.chunk] = record.input_leaf.grad
+                else:
                     output_grads[below] = record.input_leaf.grad
-                previous = state_cell(cell, len(spans[ENCODER]))
-                if previous is not None:
-                    state_grads[previous] = tuple(
-                        add_grads(state_grads.get(previous, (None, None))[i],
-                                  record.state_leaves[i].grad)
-                        for i in range(2)
-                    )
+                previous = state_cell(cell, source_chunks)
+                if previous is None:
+                    continue
+                grads = (record.state_leaves[0].grad, record.state_leaves[1].grad)
+                if record.bridge is not None:
+                    bridged.append((previous, bridge_task(record.bridge, grads)))
+                else:
+                    add_state_grads(state_grads, previous, grads)
+            if bridged:
+                results = self.workers.run_all(
+                    [(0, f"backward of the bridge into decoder layer {key[1]}", task)
+                     for key, task in bridged],
+                    inline_device,
+                )
+                for (previous, _), grads in zip(bridged, results):
+                    add_state_grads(state_grads, previous, grads)
+        return input_grads
+
+
+def backward_from(tensors: Sequence[Tensor], grads: Sequence[Optional[Tensor]]) -> None:
+    """``torch.autograd.backward`` over the pairs that have a gradient (moved to their
+    tensor's device) and a graph."""
+    pairs = [(t, g.to(t.device)) for t, g in zip(tensors, grads)
+             if g is not None and t.requires_grad]
+    if pairs:
+        torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+
+
+def add_state_grads(
+    state_grads: Dict[Key, Tuple[Optional[Tensor], Optional[Tensor]]], key: Key,
+    grads: Tuple[Optional[Tensor], Optional[Tensor]],
+) -> None:
+    before = state_grads.get(key, (None, None))
+    state_grads[key] = (add_grads(before[0], grads[0]), add_grads(before[1], grads[1]))
 
 
 def add_grads(a: Optional[Tensor], b: Optional[Tensor]) -> Optional[Tensor]:
@@ -316,15 +366,13 @@ class _StagedPipeline(torch.autograd.Function):
                 masks: Masks, source: Tensor, target: Tensor):
         ctx.set_materialize_grads(False)  # unused outputs get None, not zeros
         has_target = target.numel() > 0
-        source_leaf = source.detach().requires_grad_(grad_enabled and source.requires_grad)
-        target_leaf = target.detach().requires_grad_(grad_enabled and target.requires_grad)
         with torch.set_grad_enabled(grad_enabled):
             outputs, states, records = pipeline.forward_cells(
-                source_leaf, lengths, target_leaf if has_target else None, spans, masks,
+                source, lengths, target if has_target else None, spans, masks,
             )
         result = pipeline.collect(outputs, states, spans, has_target)
         ctx.pipeline, ctx.records, ctx.spans = pipeline, records, spans
-        ctx.leaves = (source_leaf, target_leaf)
+        ctx.like = (source, target)
         finals = [t.detach() for pair in result.encoder_finals for t in pair]
         hiddens, cells = finals[0::2], finals[1::2]
         decoder_top = result.decoder_top.detach() if has_target else target.new_zeros(0)
@@ -332,12 +380,27 @@ class _StagedPipeline(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, encoder_top_grad, decoder_top_grad, *final_grads):
-        source_leaf, target_leaf = ctx.leaves
         layers = len(final_grads) // 2
-        ctx.pipeline.backward_cells(
+        input_grads = ctx.pipeline.backward_cells(
             ctx.records, ctx.spans,
             {ENCODER: encoder_top_grad, DECODER: decoder_top_grad if ctx.spans[DECODER] else None},
             list(zip(final_grads[:layers], final_grads[layers:])),
+            autograd_device_thread([encoder_top_grad, decoder_top_grad, *final_grads]),
         )
         ctx.records = None  # free the cells' graphs
-        return None, None, None, None, None, source_leaf.grad, target_leaf.grad
+        source, target = ctx.like
+        return (None, None, None, None, None,
+                join_chunks(input_grads[ENCODER], ctx.spans[ENCODER], source),
+                join_chunks(input_grads[DECODER], ctx.spans[DECODER], target))
+
+
+def join_chunks(grads: Sequence[Optional[Tensor]], spans: Sequence[Span], like: Tensor) -> Optional[Tensor]:
+    """The chunks' input gradients as one tensor shaped and placed like ``like`` (None if
+    no chunk has one)."""
+    if all(g is None for g in grads):
+        return None
+    joined = torch.zeros_like(like)
+    for grad, (start, end) in zip(grads, spans):
+        if grad is not None:
+            joined[start:end] = grad.to(like.device)
+    return joined

@@ -7,7 +7,8 @@ or one head shard per device) and waits for all of them; a task's exception reac
 caller with its original traceback chained, and nothing is left waiting.
 
 The only device-specific code: a CUDA worker sets its thread's current device once, and
-then issues everything on that device's current (default) stream. Work on another device
+then issues everything on that device's current (default) stream; and a backward running
+on a GPU's autograd thread runs that GPU's tasks itself (``autograd_device_thread``). Work on another device
 is ordered by torch itself: a cross-device ``Tensor.to`` waits for both devices' current
 streams (a GPU -> CPU copy waits for the kernels that made its input), and ``run_all``
 returns only after each task has issued its work. So no events are needed, and the same
@@ -20,6 +21,22 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
+
+
+def autograd_device_thread(grads: Sequence[Optional[torch.Tensor]]) -> Optional[torch.device]:
+    """Called in a custom autograd function's ``backward`` with its incoming gradients:
+    the CUDA device whose autograd thread is running it, or None.
+
+    torch's autograd runs a node on the thread of the device of its first CUDA incoming
+    gradient (one thread per GPU, current device set to it), and CPU-only nodes on the
+    thread that called ``.backward()``. A backward that hands per-cell ``backward`` calls
+    to the workers must run that device's own calls itself: the device's autograd thread
+    is busy waiting for the workers, so a worker's call for a graph on that device would
+    never be served. Calls for other devices (their graphs confined to their device) are
+    served by their own autograd threads, or run on the worker itself on a CPU device."""
+    if any(g is not None and g.is_cuda for g in grads):
+        return torch.device("cuda", torch.cuda.current_device())
+    return None
 
 
 class WorkerError(RuntimeError):
@@ -57,11 +74,14 @@ class DeviceWorkers:
             torch.set_num_threads(self.cpu_threads)
 
     def run_all(
-        self, tasks: Sequence[Tuple[int, str, Callable[[], Any]]]
+        self, tasks: Sequence[Tuple[int, str, Callable[[], Any]]],
+        inline_device: Optional[torch.device] = None,
     ) -> List[Any]:
         """Run ``(worker_index, description, fn)`` tasks; return their results in order.
 
         Grad mode is carried over from the calling thread (it is thread-local in torch).
+        Tasks of workers whose device is ``inline_device`` run on the calling thread
+        instead (see ``autograd_device_thread``), after the others were handed out.
         """
         grad_enabled = torch.is_grad_enabled()
 
@@ -71,9 +91,20 @@ class DeviceWorkers:
                     return fn()
             return run
 
-        futures: List[Future] = [
-            self._executors[index].submit(with_grad_mode(fn)) for index, _, fn in tasks
-        ]
+        futures: List[Future] = []
+        inline: List[Tuple[Future, Callable[[], Any]]] = []
+        for index, _, fn in tasks:
+            future: Future = Future()
+            if inline_device is not None and self.devices[index] == inline_device:
+                inline.append((future, fn))
+            else:
+                future = self._executors[index].submit(with_grad_mode(fn))
+            futures.append(future)
+        for future, fn in inline:
+            try:
+                future.set_result(fn())
+            except BaseException as error:  # reported below, like a worker's
+                future.set_exception(error)
         wait(futures)
         for future, (index, description, _) in zip(futures, tasks):
             error: Optional[BaseException] = future.exception()

@@ -114,49 +114,6 @@ def test_bfloat16_model_runs_in_bfloat16_through_the_engine():
     assert all(p.dtype == torch.bfloat16 and p.grad is not None for p in model.parameters())
 
 
-def test_every_cell_and_shard_runs_forward_and_backward_on_its_worker(monkeypatch):
-    """One mechanism for every device kind: each pipeline cell's and each head shard's
-    forward and backward are issued on the worker of its device, none on the caller's
-    thread or autograd's."""
-    from fairseq_hybrid.worker import DeviceWorkers
-
-    issued = []
-    original = DeviceWorkers.run_all
-
-    def recording_run_all(self, tasks):
-        issued.extend(description for _, description, _ in tasks)
-        return original(self, tasks)
-
-    monkeypatch.setattr(DeviceWorkers, "run_all", recording_run_all)
-    _, task, model, batch = setup(torch.float64, seed=21)
-    reference = loss_and_grads(LabelSmoothedCrossEntropyCriterion(task, False, 0.1), model, batch)
-    use_devices(model, "cpu,cpu,cpu", 4)
-    hybrid = HybridCrossEntropyCriterion(task, False, 0.1)
-    assert_same(loss_and_grads(hybrid, model, batch), reference, rtol=1e-10, atol=1e-13)
-    cells = 2 * 4 * 4  # encoder + decoder, 4 layers, 4 chunks
-    assert sum(d.startswith(("encoder", "decoder")) for d in issued) == cells
-    assert sum(d.startswith("backward of encoder") or d.startswith("backward of decoder")
-               for d in issued) == cells
-    assert sum(d.startswith("head shard") for d in issued) == 3
-    assert sum(d.startswith("backward of head shard") for d in issued) == 3
-
-
-def test_one_device_with_chunks_and_validation_use_the_same_pipeline():
-    """One device with K > 1 chunks trains through the staged pipeline, and evaluation
-    (no grad) runs the same cells and shards without recording a graph."""
-    _, task, model, batch = setup(torch.float64, seed=8)
-    reference = loss_and_grads(LabelSmoothedCrossEntropyCriterion(task, False, 0.1), model, batch)
-    hybrid = HybridCrossEntropyCriterion(task, False, 0.1)
-    use_devices(model, "cpu", 3)
-    assert_same(loss_and_grads(hybrid, model, batch), reference, rtol=1e-10, atol=1e-13)
-    use_devices(model, "cpu,cpu", 2)
-    with torch.no_grad():
-        loss, _, logging = hybrid(model, batch)
-    assert not loss.requires_grad
-    torch.testing.assert_close(loss, reference[0], rtol=1e-10, atol=0)
-    torch.testing.assert_close(logging["nll_loss"], reference[2]["nll_loss"], rtol=1e-10, atol=0)
-
-
 @pytest.mark.parametrize("input_feeding", [False, True])
 @pytest.mark.parametrize("devices,chunks", [("cpu,cpu", 3), ("cpu,cpu,cpu,cpu", 5), ("cpu", 4)])
 def test_dropout_numbers_do_not_depend_on_devices_or_chunks(devices, chunks, input_feeding):
