@@ -132,7 +132,8 @@ def equivalence(device: str) -> Tuple[str, Dict[str, Any]]:
 
     from .pipeline_model import ModelSize, build_model
 
-    model, task = build_model(ModelSize(layers=4, hidden=24, embed=16, vocab=60, dropout=0.0))
+    model, task = build_model(ModelSize(layers=4, hidden=24, embed=16, vocab=60, dropout=0.0,
+                                        decoder_hidden=20))  # with the encoder->decoder bridge
     model = model.double()
     criterion = HybridCrossEntropyCriterion(task, False, 0.1, softmax_chunk_tokens=7)
     generator = torch.Generator().manual_seed(3)
@@ -165,6 +166,28 @@ def equivalence(device: str) -> Tuple[str, Dict[str, Any]]:
                               f"(allowed {FLOAT64_RTOL:g})", {"cases": rows})
     return (f"{len(cases)} placements, loss and all {len(ref_grads)} gradients within "
             f"{worst:.1e} relative of the CPU's", {"cases": rows})
+
+
+def equivalence_in_subprocess(device: str, timeout: float = 300) -> Tuple[str, Dict[str, Any]]:
+    """``equivalence`` in a fresh process, so a hang (a deadlock between the workers and
+    autograd's device threads would be one) is reported as this check's failure."""
+    code = ("import json; from benchmarks import gpu_check as g\n"
+            "try:\n    detail, data = g.equivalence(%r); failed = False\n"
+            "except g.CheckFailed as e:\n    detail, data, failed = str(e), e.data, True\n"
+            "print(json.dumps({'detail': detail, 'data': data, 'failed': failed}))" % device)
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                              text=True, timeout=timeout,
+                              env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    except subprocess.TimeoutExpired:
+        raise CheckFailed(f"no result within {timeout:.0f} s: the multi-device step hangs") from None
+    if proc.returncode != 0:
+        raise CheckFailed(f"exited {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}",
+                          {"log_tail": proc.stderr[-3000:]})
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if result["failed"]:
+        raise CheckFailed(result["detail"], result["data"])
+    return result["detail"], result["data"]
 
 
 # ---------------------------------------------------------------- 2.-3. fairseq CLIs
@@ -357,7 +380,7 @@ def run(device: Optional[str], quick: bool, work: Path) -> Dict[str, Any]:
         env.pop("CUDA_VISIBLE_DEVICES", None)
         env["OMP_NUM_THREADS"] = "1"
     cli_device = "cuda:0" if on_gpu else "cpu"
-    checks: List[Check] = [run_check("equivalence", lambda: equivalence(device))]
+    checks: List[Check] = [run_check("equivalence", lambda: equivalence_in_subprocess(device))]
     test_sentences = 40
     data = sample_subset(work / "sample", env, train=1000 if quick else 3000, test=test_sentences)
     setup = CliSetup(data, work, env, cli_device, test_sentences,

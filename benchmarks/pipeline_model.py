@@ -77,6 +77,7 @@ class ModelSize:
     vocab: int
     dropout: float = 0.1  # --dropout (embeddings in; between layers and H_c unless overridden)
     dropout_out: Optional[float] = None  # between layers and on H_c (None: --dropout)
+    decoder_hidden: Optional[int] = None  # None: ``hidden`` (another size adds the bridge)
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ def build_model(size: ModelSize, seed: int = 0) -> Tuple[Any, Any]:
     options = dict(
         encoder_embed_dim=size.embed, encoder_hidden_size=size.hidden,
         encoder_layers=size.layers, decoder_embed_dim=size.embed,
-        decoder_hidden_size=size.hidden, decoder_layers=size.layers,
+        decoder_hidden_size=size.decoder_hidden or size.hidden, decoder_layers=size.layers,
         decoder_out_embed_dim=size.embed, dropout=size.dropout,
         max_source_positions=1024, max_target_positions=1024,
     )
