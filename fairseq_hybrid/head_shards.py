@@ -112,12 +112,11 @@ class _ShardedHead(torch.autograd.Function):
         return total.loss.detach(), nll, correct
 
     @staticmethod
-    def backward(ctx, grad_loss: Optional[Tensor], _grad_nll, _grad_correct):
+    def backward(ctx, grad_loss: Tensor, _grad_nll, _grad_correct):
+        # the loss is the only differentiable output: backward runs only when it has a grad
         run: ShardedHeadRun = ctx.run
         features, sources = ctx.like
         n_params = len(run.param_names)
-        if grad_loss is None:
-            return (None,) * (4 + n_params)
         run.workers.run_all(
             [(shard.worker, f"backward of head shard {shard.worker}",
               run.backward_task(result, grad_loss))

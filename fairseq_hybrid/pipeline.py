@@ -343,11 +343,7 @@ def add_state_grads(
 
 
 def add_grads(a: Optional[Tensor], b: Optional[Tensor]) -> Optional[Tensor]:
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return a + b.to(a.device)
+    return b if a is None else a if b is None else a + b.to(a.device)
 
 
 def describe(cell: Cell) -> str:
