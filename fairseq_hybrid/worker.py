@@ -17,6 +17,7 @@ code runs on CPU devices, GPUs, a mix, or one GPU listed twice (two workers, one
 from __future__ import annotations
 
 import os
+from contextlib import ExitStack
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
@@ -79,15 +80,20 @@ class DeviceWorkers:
     ) -> List[Any]:
         """Run ``(worker_index, description, fn)`` tasks; return their results in order.
 
-        Grad mode is carried over from the calling thread (it is thread-local in torch).
-        Tasks of workers whose device is ``inline_device`` run on the calling thread
-        instead (see ``autograd_device_thread``), after the others were handed out.
+        Grad mode and autocast (``--amp``) are carried over from the calling thread (both
+        are thread-local in torch, as ``torch.nn.parallel.parallel_apply`` knows). Tasks of
+        workers whose device is ``inline_device`` run on the calling thread instead (see
+        ``autograd_device_thread``), after the others were handed out.
         """
         grad_enabled = torch.is_grad_enabled()
+        autocast = [(kind, torch.get_autocast_dtype(kind)) for kind in ("cuda", "cpu")
+                    if torch.is_autocast_enabled(kind)]
 
         def with_grad_mode(fn: Callable[[], Any]) -> Callable[[], Any]:
             def run() -> Any:
-                with torch.set_grad_enabled(grad_enabled):
+                with torch.set_grad_enabled(grad_enabled), ExitStack() as modes:
+                    for kind, dtype in autocast:
+                        modes.enter_context(torch.autocast(kind, dtype=dtype))
                     return fn()
             return run
 

@@ -173,3 +173,19 @@ def test_one_device_with_chunks_and_validation_use_the_same_pipeline():
     torch.testing.assert_close(logging["nll_loss"], reference[2]["nll_loss"], rtol=1e-10, atol=0)
 
 
+
+
+def test_workers_run_under_the_callers_autocast_and_grad_mode():
+    """fairseq's --amp wraps the forward in autocast, which is thread-local: the workers
+    must compute under it too (as torch's parallel_apply does)."""
+    workers = DeviceWorkers([torch.device("cpu"), torch.device("cpu")])
+    a = torch.randn(4, 4)
+
+    def task():
+        return torch.mm(a, a).dtype, torch.is_grad_enabled()
+    try:
+        assert workers.run_all([(0, "x", task), (1, "y", task)]) == [(torch.float32, True)] * 2
+        with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
+            assert workers.run_all([(0, "x", task), (1, "y", task)]) == [(torch.bfloat16, False)] * 2
+    finally:
+        workers.close()
