@@ -8,6 +8,16 @@ cell (l, k) in cycle K_src + l + k — so device l computes chunk k while device
 computes chunk k-1; decoder layer l starts from encoder layer l's final state. Each
 cycle's cells run on their devices' workers; tensors are copied only where a cell's input
 lives on another device. With one chunk and one device this is the plain model.
+
+Two layers on two devices, three source chunks E0-E2 and three target chunks D0-D2:
+
+    cycle      0    1    2    3    4    5    6
+    layer 0   E0   E1   E2   D0   D1   D2          (device 0)
+    layer 1        E0   E1   E2   D0   D1   D2     (device 1)
+
+Backward runs the same cycles in reverse order, each cell's ``backward`` on its device's
+worker (``input_cell`` and ``state_cell`` say what a cell depends on; its gradients flow
+back along the same edges). The pipeline is one autograd node (``_StagedPipeline``).
 """
 from __future__ import annotations
 
