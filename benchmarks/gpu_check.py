@@ -48,6 +48,7 @@ from .data import length_stats, synthetic_data
 from .fairseq_runs import BIN, ROOT, USER_DIR, BenchmarkError, TrainConfig, run_training
 from .flops import ModelShape, matmul_flops_per_second, training_flops_per_target_token
 from .jsonio import write_json_atomic
+from .scaling import dictionary_size
 
 SAMPLE = ROOT / "data" / "ende-sample"
 PASS, FAIL, SKIP = "pass", "FAIL", "skip"
@@ -319,6 +320,7 @@ def speed_check(device: str, work: Path, quick: bool) -> Tuple[str, Dict[str, An
         placement = " --hybrid-devices cpu"
     data = synthetic_data(vocab, 2000 if quick else 8000, 15, 40, work / f"synthetic-v{vocab}")
     stats = length_stats(data)
+    vocab = dictionary_size(data)  # the word types the data really has, for the FLOPs
     interval = 5 if quick else 10
     rows: Dict[str, Any] = {}
     for key, arch in zip(("lstm", "hybrid"), archs):
@@ -338,6 +340,7 @@ def speed_check(device: str, work: Path, quick: bool) -> Tuple[str, Dict[str, An
         row["mfu"] = row["model_flops_per_target_token"] * row["target_tokens_per_s"] / peak
     ratio = rows["hybrid"]["target_tokens_per_s"] / rows["lstm"]["target_tokens_per_s"]
     data_out = {"precision": "fp16" if on_gpu else "fp32", "matmul_flops_per_s": peak,
+                "vocab": vocab,
                 "max_tokens": max_tokens, "rows": rows, "ratio_hybrid_over_lstm": ratio}
     return (f"{archs[1]} {rows['hybrid']['target_tokens_per_s']:,.0f} vs {archs[0]} "
             f"{rows['lstm']['target_tokens_per_s']:,.0f} target tok/s ({ratio:.2f}x); MFU "
