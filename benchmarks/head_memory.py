@@ -5,8 +5,8 @@ with and without token chunking.
 
 Each measurement runs in a fresh process (``measure`` starts it), so allocator caches and
 earlier peaks cannot hide anything. CUDA: ``max_memory_allocated`` above what was
-allocated before the step. CPU: the resident-set high-water mark (``ru_maxrss``) above
-the resident set before the step, with glibc's mmap threshold fixed at 64 KiB so every
+allocated before the step. CPU: the resident-set high-water mark (``VmHWM``, reset just before
+the step) above the resident set before the step, with glibc's mmap threshold fixed at 64 KiB so every
 tensor is mmap-ed and returned to the system when freed (the high-water mark is then the
 step's peak of live memory).
 """
@@ -31,7 +31,25 @@ def resident_bytes() -> int:
 
 
 def peak_resident_bytes() -> int:
+    """The resident-set high-water mark (``VmHWM``; ``ru_maxrss`` where /proc lacks it)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def reset_peak_resident() -> None:
+    """Lower the high-water mark to the current resident set (Linux: ``clear_refs`` 5), so
+    a peak of the warm-up or of the imports cannot hide the step's."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")
+    except OSError:
+        pass
 
 
 def head_step_peak(vocab: int, tokens: int, dim: int, chunk_tokens: int, device: str,
@@ -65,6 +83,7 @@ def head_step_peak(vocab: int, tokens: int, dim: int, chunk_tokens: int, device:
         torch.cuda.reset_peak_memory_stats(dev)
         before = torch.cuda.memory_allocated(dev)
     else:
+        reset_peak_resident()
         before, high_water_before = resident_bytes(), peak_resident_bytes()
     loss_fn(head, features, encoder_out, target).loss.backward()
     if dev.type == "cuda":

@@ -107,9 +107,11 @@ def test_interval_speed_needs_a_timed_interval():
 def test_head_memory_chunking_lowers_the_peak():
     from benchmarks.head_memory import measure
 
-    unchunked = measure(8000, 2000, 64, 0, "cpu")["peak_bytes"]
-    chunked = measure(8000, 2000, 64, 200, "cpu")["peak_bytes"]
-    logits = 2000 * 8000 * 4
+    # vocab 16K: the logits (128 MB) dominate the step's other memory (~55 MB here), so the
+    # chunked peak is well under half (0.31x measured) rather than near it (8K: 0.47x)
+    unchunked = measure(16000, 2000, 64, 0, "cpu")["peak_bytes"]
+    chunked = measure(16000, 2000, 64, 200, "cpu")["peak_bytes"]
+    logits = 2000 * 16000 * 4
     assert unchunked >= logits  # at least the full logits existed at once
     assert chunked < 0.5 * unchunked
 
