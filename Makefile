@@ -5,7 +5,7 @@ PIP := $(VENV)/bin/python -m pip
 STAMP := $(VENV)/.installed-stamp
 TORCH ?= torch==2.13.0
 
-.PHONY: install demo test coverage gpu-check bench-quick bench clean
+.PHONY: install demo test coverage gpu-check bench-quick bench bench-quality clean
 
 install: $(STAMP)
 
@@ -47,6 +47,12 @@ bench-quick: install
 
 bench: install
 	$(VENV)/bin/python -m benchmarks.scaling --preset small --devices $(BENCH_DEVICES)
+
+# The matched quality study: fairseq lstm (input feeding), hybrid_lstm and hybrid_lstm
+# --input-feeding, 3 seeds each, on the bundled sample (<= 90 min on 2 cores):
+# results/quality/quality-sample.{json,png,md}. QUALITY_ARGS=--quick checks the path in minutes.
+bench-quality: install
+	$(VENV)/bin/python -m benchmarks.quality $(QUALITY_ARGS)
 
 clean:
 	rm -rf $(VENV) work results/sample build *.egg-info .coverage .coverage.*
