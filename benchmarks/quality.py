@@ -287,7 +287,17 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
     }
     report.update(analyse(args, runs))
     report["seconds"] = time.time() - started
+    if args.report_only:  # the study's span and load are those of its runs, not of this report
+        first = min(runs, key=lambda r: r["started"])
+        last = max(runs, key=lambda r: r["finished"])
+        report["seconds"] = (parse_time(last["finished"]) - parse_time(first["started"])).total_seconds()
+        report["machine"] |= {"loadavg_start": first["loadavg_start"], "loadavg_end": last["loadavg_end"]}
+        report["report_only"] = True
     return report
+
+
+def parse_time(stamp: str) -> datetime.datetime:
+    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")
 
 
 def main(argv: Optional[List[str]] = None) -> None:

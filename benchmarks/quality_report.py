@@ -30,7 +30,8 @@ def markdown(report: Dict[str, object], png: str) -> str:
     averaged = "; ".join(sorted({", ".join(map(str, r["averaged_updates"])) for r in report["runs"]}))
     lines = [
         f"Measured {report['date'][:10]} with `{report['command']}` "
-        f"({report['seconds'] / 60:.0f} min; machine load average {report['machine']['loadavg_start'][0]:.1f} at "
+        f"({report['seconds'] / 60:.0f} min{' from the first run to the last' if report.get('report_only') else ''}; "
+        f"machine load average {report['machine']['loadavg_start'][0]:.1f} at "
         f"the start, {report['machine']['loadavg_end'][0]:.1f} at the end, on {report['machine']['cpus']} CPUs "
         f"shared with other work, {s['threads']} thread(s) per run, {s['jobs']} run(s) at a time: the time axis "
         "is distorted by that sharing; updates are not).",
