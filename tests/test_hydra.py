@@ -174,9 +174,20 @@ def composed(config: str, overrides):
     from fairseq.dataclass.initialize import hydra_init
     from hydra import compose, initialize_config_dir
 
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.version import VersionBase
+
+    version_base = VersionBase.instance().getbase()
     hydra_init(config)
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        return compose(config, overrides=list(overrides))
+    try:
+        # "1.1": what fairseq-hydra-train's @hydra.main (no version_base) runs under. The
+        # version base is process-global; fairseq's later in-process composition
+        # (hydra.experimental.initialize) refuses a base >= 1.2, so it is restored too.
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.1"):
+            return compose(config, overrides=list(overrides))
+    finally:
+        VersionBase.instance().version_base = version_base
+        GlobalHydra.instance().clear()
 
 
 def test_adaptations_for_several_gpus_on_the_composed_config(monkeypatch):
