@@ -5,7 +5,7 @@ PIP := $(VENV)/bin/python -m pip
 STAMP := $(VENV)/.installed-stamp
 TORCH ?= torch==2.13.0
 
-.PHONY: install demo test coverage gpu-check bench-quick bench bench-quality clean
+.PHONY: install demo test test-fast lint coverage gpu-check bench-quick bench bench-quality clean
 
 install: $(STAMP)
 
@@ -23,6 +23,14 @@ demo: install
 
 test: install
 	$(VENV)/bin/python -m pytest -q
+
+# Everyday loop: the suite without the end-to-end runs marked slow (< 4 min on 2 cores),
+# after the linter. `make test` runs everything.
+test-fast: install lint
+	$(VENV)/bin/python -m pytest -q -m "not slow"
+
+lint: install
+	$(VENV)/bin/ruff check .
 
 # The test suite under coverage, subprocesses (fairseq-train, -generate) and worker threads
 # included; fails if a module of fairseq_hybrid/ with >= 40 statements is below 90%.

@@ -33,7 +33,8 @@ def draw(report: Dict[str, object], path: Path) -> None:
         labels = []
         for base in ("a", "b"):
             if base in training and key != base:
-                labels.append(f"{training[key]['target_tokens_per_s'] / training[base]['target_tokens_per_s']:.2f}x {base}")
+                ratio = training[key]["target_tokens_per_s"] / training[base]["target_tokens_per_s"]
+                labels.append(f"{ratio:.2f}x {base}")
         ax.annotate("\n".join(labels), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                     xytext=(0, 6), textcoords="offset points", ha="center", va="bottom", fontsize=8)
     ax.set_xticks(range(len(keys)))

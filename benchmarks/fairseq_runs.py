@@ -48,7 +48,7 @@ class OutOfMemory(BenchmarkError):
 class TrainConfig:
     """One training configuration: fairseq-train options, and how it is launched."""
 
-    key: str  # a..f as in DESIGN.md section 7
+    key: str  # a..f: the configurations listed in scaling.py's docstring
     name: str
     options: str  # fairseq-train model/placement options
     threads: int  # torch threads per process

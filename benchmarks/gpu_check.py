@@ -131,7 +131,7 @@ def equivalence(device: str) -> Tuple[str, Dict[str, Any]]:
 
     from fairseq_hybrid.criterion import HybridCrossEntropyCriterion
 
-    from .pipeline_model import ModelSize, build_model
+    from fairseq_hybrid.perfmodel import ModelSize, build_model
 
     model, task = build_model(ModelSize(layers=4, hidden=24, embed=16, vocab=60, dropout=0.0,
                                         decoder_hidden=20))  # with the encoder->decoder bridge

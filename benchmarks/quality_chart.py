@@ -54,11 +54,13 @@ def _buckets(ax, report: Dict[str, object], kind: str) -> None:
         for row in per_seed:
             ax.scatter(x, row, s=10, color="black", zorder=3)
     ax.set_xticks(range(len(groups)))
-    labels = ["all"] + [f"{g}\n({report['buckets'][g]['source_words'][0]}-{report['buckets'][g]['source_words'][1]} words)"
+    words = {g: report["buckets"][g]["source_words"] for g in report["buckets"]}
+    labels = ["all"] + [f"{g}\n({words[g][0]}-{words[g][1]} words)"
                         for g in groups[1:]]
     ax.set_xticklabels(labels, fontsize=7)
     ax.set_ylabel("sacreBLEU")
-    title = "final checkpoint" if kind == "final" else f"average of the last {report['settings']['average']} checkpoints"
+    average = report["settings"]["average"]
+    title = "final checkpoint" if kind == "final" else f"average of the last {average} checkpoints"
     ax.set_title(f"test BLEU by source length, beam {report['settings']['beam']}: {title}", fontsize=9)
     ax.grid(axis="y", alpha=0.3)
 

@@ -52,7 +52,7 @@ def markdown(report: Dict[str, object], png: str) -> str:
         "",
         f"![quality study]({png})",
         "",
-        f"| model | parameters | valid ppl | BLEU | chrF | BLEU (averaged) | chrF (averaged) | training s |",
+        "| model | parameters | valid ppl | BLEU | chrF | BLEU (averaged) | chrF (averaged) | training s |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for key, row in summary.items():
@@ -62,14 +62,17 @@ def markdown(report: Dict[str, object], png: str) -> str:
             f"{_ms(row['averaged']['chrf'])} | {_ms(row['train_seconds'], 0)} |")
     buckets = report["buckets"]
     lines += ["", f"Mean ± standard deviation over {seeds} seed(s). BLEU by source length (words), final checkpoints:",
-              "", "| model | " + " | ".join(f"{b} ({v['source_words'][0]}-{v['source_words'][1]})" for b, v in buckets.items()) + " |",
+              "", "| model | " + " | ".join(f"{b} ({v['source_words'][0]}-{v['source_words'][1]})"
+                                         for b, v in buckets.items()) + " |",
               "|---|" + "---:|" * len(buckets)]
     for key, row in summary.items():
-        lines.append(f"| {models[key]['name']} | " + " | ".join(_ms(row["final"]["buckets"][b]) for b in buckets) + " |")
+        scores = " | ".join(_ms(row["final"]["buckets"][b]) for b in buckets)
+        lines.append(f"| {models[key]['name']} | {scores} |")
     lines += ["", "Differences hybrid − input feeding: difference of the seed means [95% paired bootstrap "
               "interval over test sentences: 1,000 resamples drawn as sacreBLEU's `--paired-bs` draws them, "
               "each scoring every seed]; p: sacreBLEU's own `--paired-bs` p-value of BLEU for each seed pair:", "",
-              "| difference | checkpoint | BLEU | chrF | " + " | ".join(f"BLEU, {b}" for b in buckets) + " | p per seed |",
+              "| difference | checkpoint | BLEU | chrF | " + " | ".join(f"BLEU, {b}" for b in buckets)
+              + " | p per seed |",
               "|---|---|" + "---|" * (3 + len(buckets))]
     readings = []
     for comparison in report["comparisons"].values():

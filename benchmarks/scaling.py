@@ -1,4 +1,4 @@
-"""The scaling benchmark: every configuration of DESIGN.md section 7 at one total batch,
+"""The scaling benchmark: every configuration (a)-(f) below at one total batch,
 with each ratio's denominator named.
 
     python -m benchmarks.scaling --preset small --devices cpu,cpu --quick
@@ -101,7 +101,8 @@ def configurations(preset: Preset, devices: List[str]) -> List[TrainConfig]:
             TrainConfig("f", f"HybridNMT-IF, {n} devices", f"{hybrid} {many} --input-feeding", threads),
         ]
     else:
-        configs.append(TrainConfig("f", "HybridNMT-IF, 1 device", f"{hybrid} {one} --input-feeding", threads, env=one_env))
+        configs.append(TrainConfig("f", "HybridNMT-IF, 1 device", f"{hybrid} {one} --input-feeding",
+                                   threads, env=one_env))
     return [replace(c, max_tokens=c.max_tokens if c.processes > 1 else preset.max_tokens) for c in configs]
 
 
@@ -390,7 +391,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     keys = {"a", "b", "b1", "c", "d", "e", "f"}
     unknown = set(filter(None, (args.only or "").split(","))) - keys
     if unknown:
-        parser.error(f"--only {args.only!r}: unknown configuration(s) {sorted(unknown)}; allowed: {','.join(sorted(keys))}")
+        parser.error(f"--only {args.only!r}: unknown configuration(s) {sorted(unknown)}; "
+                     f"allowed: {','.join(sorted(keys))}")
     if args.chunk_tokens < 1:
         parser.error(f"--chunk-tokens {args.chunk_tokens}: must be >= 1")
     devices = parse_devices(args.devices)

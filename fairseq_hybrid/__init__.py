@@ -2,11 +2,12 @@
 trained with hybrid data-model parallelism (Ono, Utiyama, Sumita 2019, arXiv 1909.00562).
 
 Importing the package registers the ``hybrid_lstm`` model (and its presets) and the
-``hybrid_cross_entropy`` criterion and the ``torch_adam`` optimizer with fairseq, lets fairseq's CLIs load checkpoints
-under torch >= 2.6 (``compat``) reports unreadable checkpoints in one line (``checks``), makes fairseq's
-checkpoint_last/best copies atomic (``atomic_copy``) and keeps the last batch fairseq would
-drop (every patch to fairseq is listed in ``fairseq_patches``); with ``FAIRSEQ_HYBRID_MEMORY_REPORT``
-set, the process writes its peak memory at exit for the benchmarks (``memory_report``).
+``hybrid_cross_entropy`` criterion and the ``torch_adam`` optimizer with fairseq, and
+patches fairseq (``fairseq_patches``, all in one module): checkpoints load under
+torch >= 2.6, unreadable checkpoints are reported in one line, checkpoint_last/best copies
+are atomic, and the last batch fairseq would drop is kept. With
+``FAIRSEQ_HYBRID_MEMORY_REPORT`` set, the process writes its peak memory at exit for the
+benchmarks (``memory_report``).
 """
 from . import fairseq_patches
 from .memory_report import install_from_environment

@@ -8,9 +8,6 @@ fairseq's tracebacks into one clear line naming the bad value, before any work s
   an ``IndexError`` in batch_by_size).
 - ``check_precision``: ``--fp16`` without a CUDA device (fairseq fails deep inside
   torch.cuda); bfloat16 (``--bf16``) works on the CPU.
-- ``readable_checkpoints``: wraps fairseq's ``checkpoint_utils.load_checkpoint_to_cpu`` so
-  a truncated file or a file that is not a checkpoint (``--path``, ``--restore-file``)
-  fails with one line instead of an unpickling traceback.
 - ``check_state_dict``: a checkpoint of another architecture or with another dictionary
   size is named as such, with the offending parameter and shapes.
 - ``skip_overlong_interactive_input``: fairseq-interactive skips (with fairseq's warning)
@@ -18,7 +15,6 @@ fairseq's tracebacks into one clear line naming the bad value, before any work s
 """
 from __future__ import annotations
 
-import functools
 import glob
 import logging
 import os
@@ -124,36 +120,6 @@ def check_precision(args: Any) -> None:
                 f"--{option.replace('_', '-')} needs a CUDA GPU and torch sees none: use --bf16 "
                 "(bfloat16, works on the CPU) or drop it (float32)"
             )
-
-
-def readable_checkpoints() -> None:
-    """Install the wrapper (once) around fairseq's checkpoint loading."""
-    from fairseq import checkpoint_utils
-
-    original = checkpoint_utils.load_checkpoint_to_cpu
-    if getattr(original, "_hybrid_checked", False):
-        return
-
-    @functools.wraps(original)
-    def load_checkpoint_to_cpu(path, *args, **kwargs):
-        if not os.path.isfile(path):
-            return original(path, *args, **kwargs)  # fairseq's own "not found" handling
-        try:
-            state = original(path, *args, **kwargs)
-        except HybridConfigError:
-            raise
-        except Exception as error:  # unpickling, zip, EOF, missing keys ...
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            raise HybridConfigError(
-                f"{path!r} is not a readable fairseq checkpoint (truncated, or another kind "
-                f"of file): {type(error).__name__}: {reason[:200]}"
-            ) from None
-        if not isinstance(state, dict) or "model" not in state:
-            raise HybridConfigError(f"{path!r} is not a fairseq checkpoint: it holds no model weights")
-        return state
-
-    load_checkpoint_to_cpu._hybrid_checked = True
-    checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
 
 
 def check_state_dict(expected: Mapping[str, Tensor], given: Mapping[str, Tensor]) -> None:

@@ -9,6 +9,7 @@ only projects (``features_are_combined`` tells the criterion which case it has).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -24,6 +25,14 @@ from .layers import linear
 from .lstm_stack import LSTMStack, State, layer_device, run_layer, to_device
 
 IncrementalState = Dict[str, Dict[str, Optional[Tensor]]]
+
+
+@dataclass
+class DecoderDraws:
+    """What ``HybridLSTMDecoder.draw_inputs`` draws for one teacher-forced pass."""
+
+    target: Tensor  # dropped-out embeddings of the decoder input, time-major (T x B x E)
+    masks: List[Optional[Tensor]]  # between-layer dropout masks (``LSTMStack.draw_masks``)
 
 
 class HybridLSTMDecoder(FairseqIncrementalDecoder):
@@ -93,6 +102,13 @@ class HybridLSTMDecoder(FairseqIncrementalDecoder):
         """Target-side input tokens -> time-major, dropped-out embeddings."""
         return self.dropout_in(self.embed_tokens(prev_output_tokens)).transpose(0, 1)
 
+    def draw_inputs(self, prev_output_tokens: Tensor) -> DecoderDraws:
+        """The decoder's random draws for a whole teacher-forced pass without input
+        feeding, in order: the embeddings' dropout, the between-layer masks. (With input
+        feeding each step draws its own masks as it runs.)"""
+        target = self.embed(prev_output_tokens)
+        return DecoderDraws(target, self.stack.draw_masks(target.size(0), target.size(1), target))
+
     def cached_state(
         self, incremental_state: Optional[IncrementalState]
     ) -> Optional[Tuple[List[State], Optional[Tensor]]]:
@@ -137,10 +153,11 @@ class HybridLSTMDecoder(FairseqIncrementalDecoder):
         encoder_out: Optional[EncoderOut] = None,
         incremental_state: Optional[IncrementalState] = None,
         features_only: bool = False,
+        draws: Optional[DecoderDraws] = None,
         **unused: Any,
     ) -> Tuple[Tensor, Dict[str, Any]]:
         features, extra = self.extract_features(
-            prev_output_tokens, encoder_out, incremental_state
+            prev_output_tokens, encoder_out, incremental_state, draws=draws
         )
         if features_only:
             return features, extra
@@ -152,9 +169,11 @@ class HybridLSTMDecoder(FairseqIncrementalDecoder):
         prev_output_tokens: Tensor,
         encoder_out: Optional[EncoderOut] = None,
         incremental_state: Optional[IncrementalState] = None,
+        draws: Optional[DecoderDraws] = None,
         **unused: Any,
     ) -> Tuple[Tensor, Dict[str, Any]]:
-        """Top decoder states H (B x T x hidden), or H_c with input feeding."""
+        """Top decoder states H (B x T x hidden), or H_c with input feeding. ``draws``:
+        drawn by the caller (``HybridLSTMModel.draw_step``) or here."""
         if encoder_out is None:
             raise ValueError("hybrid_lstm's decoder needs the encoder output")
         cached = self.cached_state(incremental_state)
@@ -163,10 +182,11 @@ class HybridLSTMDecoder(FairseqIncrementalDecoder):
             states, input_feed = cached
         else:
             states, input_feed = self.initial_states(encoder_out), None
-        x = self.embed(prev_output_tokens)
         if self.input_feeding:
+            x = self.embed(prev_output_tokens)
             return self._input_fed_features(x, states, input_feed, encoder_out, incremental_state)
-        top, finals = self.stack(x, None, states)
+        draws = draws if draws is not None else self.draw_inputs(prev_output_tokens)
+        top, finals = self.stack(draws.target, None, states, masks=draws.masks)
         self.store_state(incremental_state, finals, None)
         return top.transpose(0, 1), {"attn": None, "encoder_out": encoder_out}
 

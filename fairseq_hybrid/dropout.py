@@ -30,4 +30,6 @@ def dropout_mask(
 
 
 def apply_mask(x: Tensor, mask: Optional[Tensor]) -> Tensor:
-    return x if mask is None else x * mask.to(x.device)
+    """``x`` dropped out by ``mask`` (moved to x's device and dtype: under ``--amp`` a mask
+    drawn like the float32 embeddings applies to float16 LSTM outputs)."""
+    return x if mask is None else x * mask.to(device=x.device, dtype=x.dtype)

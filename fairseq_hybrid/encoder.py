@@ -11,6 +11,7 @@ The encoder output is a dict (fairseq's convention for reorderable encoder outpu
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 import torch
@@ -23,6 +24,16 @@ from .dropout import apply_mask, dropout_mask
 from .lstm_stack import LSTMStack
 
 EncoderOut = Dict[str, Tensor]
+
+
+@dataclass
+class EncoderDraws:
+    """What ``HybridLSTMEncoder.draw_inputs`` draws for one pass."""
+
+    tokens: Tensor  # the source tokens, right-padded (B x src_len)
+    source: Tensor  # their dropped-out embeddings, time-major (src_len x B x E)
+    masks: List[Optional[Tensor]]  # between-layer dropout masks (``LSTMStack.draw_masks``)
+    top_mask: Optional[Tensor]  # dropout mask of the top states S (src_len x B x hidden)
 
 
 class HybridLSTMEncoder(FairseqEncoder):
@@ -58,39 +69,44 @@ class HybridLSTMEncoder(FairseqEncoder):
             src_tokens, self.padding_idx, left_to_right=True
         )
 
-    def package(
-        self,
-        top: Tensor,
-        finals: List,
-        right_padded_tokens: Tensor,
-        source_shift: Tensor,
-        top_mask: Optional[Tensor],
+    def draw_inputs(
+        self, src_tokens: Tensor, top_device: Optional[torch.device] = None
+    ) -> "EncoderDraws":
+        """The encoder's random draws for one forward pass, in order: the embeddings'
+        dropout, the between-layer masks, the mask of the top states S (on ``top_device``,
+        default the embeddings' device, where the plain model applies it)."""
+        tokens = self.right_pad(src_tokens)
+        source = self.embed(tokens)
+        masks = self.stack.draw_masks(source.size(0), source.size(1), source)
+        top_mask = dropout_mask(
+            self.dropout_out, (source.size(0), source.size(1), self.hidden_size), source,
+            top_device or self.embed_tokens.weight.device,
+        )
+        return EncoderDraws(tokens, source, masks, top_mask)
+
+    def output(
+        self, top: Tensor, finals: List, src_tokens: Tensor, draws: "EncoderDraws"
     ) -> EncoderOut:
-        """Build the encoder-out dict from the stack's top output (time-major) and
-        per-layer final states."""
+        """The encoder-out dict from the stack's top output (time-major) and per-layer
+        final states, on ``top``'s device."""
         device = top.device
-        padding_mask = right_padded_tokens.to(device).eq(self.padding_idx)
         return {
-            "encoder_out": apply_mask(top, top_mask).transpose(0, 1),
-            "encoder_padding_mask": padding_mask,
+            "encoder_out": apply_mask(top, draws.top_mask).transpose(0, 1),
+            "encoder_padding_mask": draws.tokens.to(device).eq(self.padding_idx),
             "final_hiddens": torch.stack([h.to(device) for h, _ in finals]),
             "final_cells": torch.stack([c.to(device) for _, c in finals]),
-            "source_shift": source_shift.to(device),
+            "source_shift": self.source_shift(src_tokens, draws.tokens).to(device),
         }
 
-    def forward(self, src_tokens: Tensor, src_lengths: Tensor, **unused) -> EncoderOut:
-        tokens = self.right_pad(src_tokens)
-        top, finals = self.stack(self.embed(tokens), src_lengths)
+    def forward(
+        self, src_tokens: Tensor, src_lengths: Tensor,
+        draws: Optional["EncoderDraws"] = None, **unused,
+    ) -> EncoderOut:
+        """``draws``: drawn by the caller (``HybridLSTMModel.draw_step``) or here."""
+        draws = draws if draws is not None else self.draw_inputs(src_tokens)
+        top, finals = self.stack(draws.source, src_lengths, masks=draws.masks)
         # the head attends over S on the embeddings' (master) device
-        top = top.to(self.embed_tokens.weight.device)
-        return self.package(
-            top, finals, tokens, self.source_shift(src_tokens, tokens),
-            self.top_mask(top.shape, top),
-        )
-
-    def top_mask(self, shape, like: Tensor, device: Optional[torch.device] = None) -> Optional[Tensor]:
-        """The dropout mask of the top states S (src_len x B x hidden)."""
-        return dropout_mask(self.dropout_out, shape, like, device)
+        return self.output(top.to(self.embed_tokens.weight.device), finals, src_tokens, draws)
 
     def source_shift(self, src_tokens: Tensor, right_padded: Tensor) -> Tensor:
         """Per sentence, how many positions it moved left when it was right-padded."""

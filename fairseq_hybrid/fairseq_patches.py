@@ -4,14 +4,19 @@ fairseq imports a ``--user-dir`` package before it loads a checkpoint or builds 
 in fairseq-train (also in each spawned worker), fairseq-generate and fairseq-interactive,
 so these reach every run that loads the plugin. ``apply()`` installs each one once:
 
-- ``allow_fairseq_checkpoints`` (compat.py): torch >= 2.6 loads weights only by default and
-  fairseq 0.12 does not say otherwise; allow exactly the plain classes fairseq checkpoints
-  hold, so resume/generate do not fail on ``argparse.Namespace``.
-- ``readable_checkpoints`` (checks.py): a truncated file or one that is not a checkpoint
+- ``allow_fairseq_checkpoints``: torch >= 2.6 loads weights only by default and fairseq 0.12
+  calls ``torch.load`` without saying otherwise, so loading a checkpoint fails on
+  ``argparse.Namespace`` and friends. Rather than turning weights-only loading off for the
+  whole process, allow exactly the plain-data classes fairseq checkpoints hold: the
+  weights-only unpickler still refuses anything else.
+- ``readable_checkpoints``: a truncated file or one that is not a checkpoint
   fails with one line instead of an unpickling traceback.
-- ``atomic_checkpoint_copies`` (atomic_copy.py): checkpoint_last/best copies are written to
-  a temporary file and renamed, so a kill mid-copy leaves the old copy intact.
-- ``keep_last_batch`` (here): fairseq's ``data_utils.batch_by_size`` silently drops the last
+- ``atomic_checkpoint_copies``: fairseq writes ``checkpoint_<epoch>_<updates>.pt``
+  atomically but makes ``checkpoint_last.pt``/``checkpoint_best.pt`` with
+  ``shutil.copyfile``, so a training killed during that copy leaves a truncated
+  ``checkpoint_last.pt`` and the rerun that should resume cannot. Copies of local files go
+  to a temporary name in the same directory and are renamed into place.
+- ``keep_last_batch``: fairseq's ``data_utils.batch_by_size`` silently drops the last
   batch when its size is not a multiple of ``--required-batch-size-multiple`` (default 8;
   fairseq issue #5036): fairseq-generate misses test sentences, validation skips some, and
   the longest training sentences (sorted last, often alone in their batch) are never
@@ -21,16 +26,124 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
 """
 from __future__ import annotations
 
+import argparse
+import collections
 import functools
+import os
+import shutil
+import tempfile
+import typing
 from typing import Any, Callable, List, Optional
 
 import numpy as np
+import torch
 
-from .atomic_copy import atomic_checkpoint_copies
-from .checks import readable_checkpoints
-from .compat import allow_fairseq_checkpoints
+from .errors import HybridConfigError
 
 
+# ------------------------------------------------------------------ torch.load
+def _safe_classes() -> list:
+    classes: list = [
+        argparse.Namespace,
+        collections.defaultdict,
+        collections.OrderedDict,
+        typing.Any,
+        list, dict, int, float, str, bool, tuple, set,
+    ]
+    try:  # --eval-bleu and some optimizers keep numpy scalars/arrays in the state
+        import numpy as np
+        from numpy._core.multiarray import _reconstruct, scalar
+
+        classes += [np.ndarray, np.dtype, _reconstruct, scalar]
+        classes += [type(np.dtype(t)) for t in ("float32", "float64", "int64", "int32", "bool")]
+    except ImportError:  # pragma: no cover - numpy < 2
+        pass
+    try:  # multi-process resume re-broadcasts the state with omegaconf containers
+        from omegaconf import DictConfig, ListConfig
+        from omegaconf.base import ContainerMetadata, Metadata
+        from omegaconf.nodes import AnyNode
+
+        classes += [DictConfig, ListConfig, ContainerMetadata, Metadata, AnyNode]
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        from fairseq.distributed.utils import _TensorPlaceholder
+
+        classes.append(_TensorPlaceholder)
+    except ImportError:  # pragma: no cover
+        pass
+    return classes
+
+
+def allow_fairseq_checkpoints() -> None:
+    add = getattr(torch.serialization, "add_safe_globals", None)
+    if add is not None:  # torch < 2.4 loads everything anyway
+        add(_safe_classes())
+
+
+# ------------------------------------------------------------------ unreadable checkpoints
+def readable_checkpoints() -> None:
+    """Install the wrapper (once) around fairseq's checkpoint loading."""
+    from fairseq import checkpoint_utils
+
+    original = checkpoint_utils.load_checkpoint_to_cpu
+    if getattr(original, "_hybrid_checked", False):
+        return
+
+    @functools.wraps(original)
+    def load_checkpoint_to_cpu(path, *args, **kwargs):
+        if not os.path.isfile(path):
+            return original(path, *args, **kwargs)  # fairseq's own "not found" handling
+        try:
+            state = original(path, *args, **kwargs)
+        except HybridConfigError:
+            raise
+        except Exception as error:  # unpickling, zip, EOF, missing keys ...
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise HybridConfigError(
+                f"{path!r} is not a readable fairseq checkpoint (truncated, or another kind "
+                f"of file): {type(error).__name__}: {reason[:200]}"
+            ) from None
+        if not isinstance(state, dict) or "model" not in state:
+            raise HybridConfigError(f"{path!r} is not a fairseq checkpoint: it holds no model weights")
+        return state
+
+    load_checkpoint_to_cpu._hybrid_checked = True
+    checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
+
+
+# ------------------------------------------------------------------ atomic copies
+def atomic_copyfile(src_path: str, dst_path: str) -> str:
+    directory = os.path.dirname(os.path.abspath(dst_path))
+    handle, tmp_path = tempfile.mkstemp(prefix=os.path.basename(dst_path) + ".", suffix=".tmp",
+                                        dir=directory)
+    os.close(handle)
+    try:
+        shutil.copyfile(src_path, tmp_path)
+        os.replace(tmp_path, dst_path)
+    except BaseException:
+        if os.path.exists(tmp_path):
+            os.remove(tmp_path)
+        raise
+    return dst_path
+
+
+def atomic_checkpoint_copies() -> None:
+    """Install (once) for local files; remote ``iopath`` storage keeps its own copy."""
+    from fairseq import file_io
+
+    manager = file_io.PathManager
+    if file_io.IOPathManager is not None or getattr(manager.copy, "_hybrid_atomic", False):
+        return
+
+    def copy(src_path: str, dst_path: str, overwrite: bool = False) -> str:
+        return atomic_copyfile(src_path, dst_path)
+
+    copy._hybrid_atomic = True
+    manager.copy = staticmethod(copy)
+
+
+# ------------------------------------------------------------------ the last batch
 def keep_last_batch() -> None:
     """Wrap ``fairseq.data.data_utils.batch_by_size`` (once) so no index is dropped."""
     from fairseq.data import data_utils

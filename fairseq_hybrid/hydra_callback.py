@@ -27,7 +27,7 @@ from typing import Any, List, Sequence
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from .config import PRESETS, apply_preset, validate_model_config
+from .config import apply_preset, validate_model_config
 from .errors import HybridConfigError
 
 # the groups whose options the parse-time checks read, in fairseq-train's flat namespace
@@ -110,7 +110,7 @@ def check_run_config(config: DictConfig, overrides: Sequence[str]) -> None:
     from .checks import check_data_dir
     from .criterion import validate_criterion_args
     from .integration import adapt_fairseq_config
-    from .placement import check_plan_options
+    from .parallel.placement import check_plan_options
 
     flat = Namespace()
     for group in CHECKED_GROUPS:

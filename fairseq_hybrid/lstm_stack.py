@@ -79,7 +79,7 @@ class LSTMStack(nn.Module):
     """``num_layers`` LSTM layers with dropout between them.
 
     ``forward`` runs the whole stack over whole sequences on the module's own device; the
-    pipeline (``fairseq_hybrid.pipeline``) runs the same ``layers`` chunk by chunk across
+    pipeline (``fairseq_hybrid.parallel.pipeline``) runs the same ``layers`` chunk by chunk across
     devices and must give the same numbers.
     """
 

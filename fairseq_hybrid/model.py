@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import ast
 import logging
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from torch import nn
+import torch
+from torch import Tensor, nn
 
 from fairseq.models import (
     ARCH_CONFIG_REGISTRY,
@@ -27,16 +29,25 @@ from .config import (
     dropout_or_default,
     validate_model_config,
 )
-from .decoder import HybridLSTMDecoder
-from .encoder import HybridLSTMEncoder
-from .engine import HybridEngine
+from .decoder import DecoderDraws, HybridLSTMDecoder
+from .encoder import EncoderDraws, HybridLSTMEncoder
+from .parallel.engine import HybridEngine
 from .errors import HybridConfigError
 from .integration import adapt_fairseq_defaults
 from .layers import embedding
-from .placement import PlacementPlan, build_plan, check_plan_options
+from .parallel.placement import PlacementPlan, build_plan, check_plan_options
 
 MODEL_NAME = "hybrid_lstm"
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class StepDraws:
+    """``HybridLSTMModel.draw_step``'s draws: the encoder's, and the decoder's (None with
+    input feeding)."""
+
+    encoder: EncoderDraws
+    decoder: Optional[DecoderDraws]
 
 
 @register_model(MODEL_NAME, dataclass=HybridLSTMConfig)
@@ -67,9 +78,29 @@ class HybridLSTMModel(FairseqEncoderDecoderModel):
                 src_tokens, src_lengths, prev_output_tokens
             )
             return features, {"encoder_out": encoder_out, "attn": None}
-        return super().forward(
-            src_tokens, src_lengths, prev_output_tokens, features_only=features_only, **kwargs
+        draws = self.draw_step(src_tokens, prev_output_tokens)
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, draws=draws.encoder, **kwargs)
+        return self.decoder(
+            prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
+            draws=draws.decoder, **kwargs,
         )
+
+    def draw_step(
+        self, src_tokens: Tensor, prev_output_tokens: Tensor,
+        top_device: Optional[torch.device] = None,
+    ) -> StepDraws:
+        """Every random number of a training forward pass before the head, in the one order
+        the plain model, the hybrid engine and the benchmarks share: the encoder's
+        (embeddings, between-layer masks, top mask), then the decoder's (embeddings,
+        between-layer masks; with input feeding the decoder draws step by step as it runs).
+        The head draws its combine mask last. Drawing on the calling thread, over whole
+        tensors, is what makes a run's numbers independent of devices and chunks
+        (``dropout.py``)."""
+        encoder = self.encoder.draw_inputs(src_tokens, top_device)
+        decoder = None
+        if not self.decoder.input_feeding:
+            decoder = self.decoder.draw_inputs(prev_output_tokens)
+        return StepDraws(encoder, decoder)
 
     def load_state_dict(self, state_dict, strict: bool = True, model_cfg=None, args=None):
         """fairseq's loading, after checking keys and shapes so a checkpoint of another
@@ -108,11 +139,22 @@ class HybridLSTMModel(FairseqEncoderDecoderModel):
         the model placed) on first use by the criterion. Generation does not use it.
         ``cpu_threads``: torch threads per CPU device worker (default: cores split)."""
         if self._hybrid_engine is None:
-            plan = self.plan_from(self.placement_options)
-            self.place(plan)
-            self._hybrid_engine = HybridEngine(self, plan, cpu_threads)
-            logger.info("\n" + plan.table())
+            self._hybrid_engine = self.build_engine(cpu_threads)
+            logger.info("\n" + self._hybrid_engine.plan.table())
         return self._hybrid_engine
+
+    def build_engine(self, cpu_threads: Optional[int] = None, **options: Any) -> HybridEngine:
+        """A new engine for the placement options updated by ``options``, the model placed
+        for it; the model keeps training through its current engine until ``use_engine``."""
+        plan = self.plan_from({**self.placement_options, **options})
+        self.place(plan)
+        return HybridEngine(self, plan, cpu_threads)
+
+    def use_engine(self, engine: HybridEngine) -> None:
+        """Train through ``engine`` (from ``build_engine``) from now on. The previous engine
+        is left running: a benchmark keeps several placements warm and closes them itself."""
+        self.place(engine.plan)
+        self._hybrid_engine = engine
 
     def configure_parallel(self, cpu_threads: Optional[int] = None, **options: Any) -> HybridEngine:
         """Train on another placement from now on: ``options`` update the placement options

@@ -1,11 +1,12 @@
 """Run fairseq's command-line tools the way a user does (subprocesses of this venv)."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 USER_DIR = str(REPO / "fairseq_hybrid")
@@ -27,6 +28,44 @@ def run_tool(tool: str, args: List[str], cwd: Path, stdin: Optional[str] = None,
             f"STDERR:\n{proc.stderr[-4000:]}"
         )
     return proc
+
+
+def model_args(dim: int, layers: Optional[int] = None, *extra: str) -> List[str]:
+    """``--arch hybrid_lstm`` with every embedding and hidden size ``dim``."""
+    args = ["--arch", "hybrid_lstm"]
+    for name in ("encoder-embed-dim", "encoder-hidden-size", "decoder-embed-dim",
+                 "decoder-hidden-size", "decoder-out-embed-dim"):
+        args += [f"--{name}", str(dim)]
+    if layers is not None:
+        args += ["--encoder-layers", str(layers), "--decoder-layers", str(layers)]
+    return args + list(extra)
+
+
+def train_args(data: Path, model: Sequence[str], *extra: str, save_dir: Optional[Path] = None,
+               lr: float = 0.003, max_tokens: int = 300) -> List[str]:
+    """fairseq-train's arguments for ``hybrid_lstm`` with ``hybrid_cross_entropy`` and Adam,
+    no data-loading workers; ``extra`` last (so it overrides)."""
+    args = [str(data), "--user-dir", USER_DIR, *model, "--criterion", "hybrid_cross_entropy",
+            "--optimizer", "adam", "--lr", str(lr), "--max-tokens", str(max_tokens),
+            "--num-workers", "0"]
+    if save_dir is not None:
+        args += ["--save-dir", str(save_dir)]
+    return args + list(extra)
+
+
+def train_losses(log: str) -> Dict[int, float]:
+    """update -> training loss, from fairseq's ``--log-format json`` train_inner records."""
+    losses = {}
+    for line in log.splitlines():
+        if "train_inner" in line and "{" in line:
+            record = json.loads(line[line.index("{"):])
+            losses[int(record["num_updates"])] = float(record["loss"])
+    return losses
+
+
+def hypotheses(stdout: str, prefixes: Sequence[str] = ("H-",)) -> List[str]:
+    """fairseq-generate/-interactive output lines with one of ``prefixes``, in order."""
+    return [line for line in stdout.splitlines() if line.startswith(tuple(prefixes))]
 
 
 def write_sample_subset(dest: Path, train: int, valid: int, test: int) -> None:

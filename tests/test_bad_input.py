@@ -4,16 +4,17 @@ import shutil
 
 import pytest
 
-from cli import USER_DIR, prepared_sample, preprocess, run_tool, write_sample_subset
+from cli import (USER_DIR, hypotheses, model_args, prepared_sample, preprocess, run_tool,
+                 write_sample_subset)
+from cli import train_args as shared_train_args
 
-SMALL = ["--arch", "hybrid_lstm", "--encoder-embed-dim", "16", "--encoder-hidden-size", "16",
-         "--decoder-embed-dim", "16", "--decoder-hidden-size", "16", "--decoder-out-embed-dim", "16"]
+pytestmark = pytest.mark.slow  # end to end through fairseq's CLIs: make test runs it, -m "not slow" skips it
+
+SMALL = model_args(16)
 
 
 def train_args(data_dir, save_dir, *extra):
-    return [str(data_dir), "--user-dir", USER_DIR, *SMALL, "--criterion", "hybrid_cross_entropy",
-            "--optimizer", "adam", "--lr", "0.003", "--max-tokens", "300", "--max-update", "2",
-            "--save-dir", str(save_dir), "--num-workers", "0", *extra]
+    return shared_train_args(data_dir, SMALL, "--max-update", "2", *extra, save_dir=save_dir)
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +136,6 @@ def test_interactive_survives_odd_input(setup):
         str(root / "a" / "bin"), "--user-dir", USER_DIR, "--path", str(checkpoint), "--beam", "2",
         "--source-lang", "en", "--target-lang", "de", "--max-len-b", "10",
     ], cwd=root, stdin="\n".join(lines) + "\n")
-    translated = sorted(int(l.split("\t")[0][2:]) for l in proc.stdout.splitlines() if l.startswith("H-"))
+    translated = sorted(int(line.split("\t")[0][2:]) for line in hypotheses(proc.stdout))
     assert translated == [0, 1, 2, 4, 5, 6]
     assert "1 samples have invalid sizes and will be skipped" in proc.stderr

@@ -1,44 +1,29 @@
 """End to end through fairseq's own CLIs with the plugin: preprocess -> train -> resume ->
 generate -> interactive, and one-line errors for bad values."""
-import json
 import re
 
 import pytest
 
-from cli import USER_DIR, run_tool, prepared_sample
+from cli import USER_DIR, hypotheses, model_args, prepared_sample, run_tool
+from cli import train_args as shared_train_args
 
-SMALL_MODEL = [
-    "--arch", "hybrid_lstm", "--encoder-embed-dim", "32", "--encoder-hidden-size", "32",
-    "--decoder-embed-dim", "32", "--decoder-hidden-size", "32", "--decoder-out-embed-dim", "32",
-    "--share-all-embeddings",
-]
+pytestmark = pytest.mark.slow  # end to end through fairseq's CLIs: make test runs it, -m "not slow" skips it
+
+SMALL_MODEL = model_args(32, None, "--share-all-embeddings")
 
 
 def train_args(data, save_dir, max_update):
-    return [
-        str(data), "--user-dir", USER_DIR, *SMALL_MODEL,
-        "--criterion", "hybrid_cross_entropy", "--label-smoothing", "0.1",
-        "--softmax-chunk-tokens", "64", "--optimizer", "adam", "--lr", "0.005",
-        "--clip-norm", "1.0", "--max-tokens", "400", "--max-update", str(max_update),
-        "--save-dir", str(save_dir), "--no-epoch-checkpoints", "--save-interval-updates", "3",
-        "--log-format", "json", "--log-interval", "1", "--seed", "3", "--num-workers", "0",
-    ]
+    return shared_train_args(
+        data, SMALL_MODEL, "--label-smoothing", "0.1", "--softmax-chunk-tokens", "64",
+        "--clip-norm", "1.0", "--max-update", str(max_update), "--no-epoch-checkpoints",
+        "--save-interval-updates", "3", "--log-format", "json", "--log-interval", "1",
+        "--seed", "3", save_dir=save_dir, lr=0.005, max_tokens=400,
+    )
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     return prepared_sample(tmp_path_factory.mktemp("e2e"), train=300, valid=40, test=30)
-
-
-def train_losses(stdout: str):
-    losses = {}
-    for line in stdout.splitlines():
-        match = re.search(r"(\{.*\"num_updates\".*\})", line)
-        if match and "train_inner" in line or (match and '"train_loss"' not in line and '"loss"' in line):
-            record = json.loads(match.group(1))
-            if "loss" in record:
-                losses[int(record["num_updates"])] = float(record["loss"])
-    return losses
 
 
 def test_train_resume_generate_interactive(data):
@@ -57,8 +42,8 @@ def test_train_resume_generate_interactive(data):
         "--beam", "5", "--gen-subset", "test", "--batch-size", "8", "--max-len-b", "20",
         "--required-batch-size-multiple", "1",  # fairseq #5036 drops the last batch otherwise
     ], cwd=data)
-    hypotheses = [l for l in gen.stdout.splitlines() if l.startswith("H-")]
-    assert len(hypotheses) == 30
+    generated = hypotheses(gen.stdout)
+    assert len(generated) == 30
     assert re.search(r"BLEU4? = ", gen.stdout + gen.stderr)
 
     source = "Where is the station?\nI like it.\n"
@@ -66,7 +51,7 @@ def test_train_resume_generate_interactive(data):
         str(data / "bin"), "--user-dir", USER_DIR, "--path", str(save / "checkpoint_last.pt"),
         "--beam", "3", "--source-lang", "en", "--target-lang", "de", "--max-len-b", "20",
     ], cwd=data, stdin=source)
-    assert len([l for l in inter.stdout.splitlines() if l.startswith("H-")]) == 2
+    assert len(hypotheses(inter.stdout)) == 2
 
 
 @pytest.mark.parametrize("option,value,message", [

@@ -1,34 +1,27 @@
 """Several devices through fairseq's own CLIs: the same per-update losses and weights as
 one device, placement-free checkpoints (train on 3 devices, resume on 1, generate on 2),
 and one-line errors for bad placements before anything is written."""
-import json
 import re
 
 import pytest
 import torch
 
-from cli import USER_DIR, run_ranks, run_tool, prepared_sample
+from cli import USER_DIR, hypotheses, model_args, prepared_sample, run_ranks, run_tool, train_losses
+from cli import train_args as shared_train_args
 
-MODEL = [
-    "--arch", "hybrid_lstm", "--encoder-layers", "3", "--decoder-layers", "3",
-    "--encoder-embed-dim", "32", "--encoder-hidden-size", "32", "--decoder-embed-dim", "32",
-    "--decoder-hidden-size", "32", "--decoder-out-embed-dim", "32", "--share-all-embeddings",
-    "--dropout", "0",
-]
+pytestmark = pytest.mark.slow  # end to end through fairseq's CLIs: make test runs it, -m "not slow" skips it
+
+MODEL = model_args(32, 3, "--share-all-embeddings", "--dropout", "0")
 
 
 def train_args(data, save_dir, devices, max_update, chunks=None, extra=()):
-    args = [
-        str(data / "bin"), "--user-dir", USER_DIR, *MODEL, "--hybrid-devices", devices,
-        "--criterion", "hybrid_cross_entropy", "--label-smoothing", "0.1",
-        "--optimizer", "adam", "--lr", "0.003", "--clip-norm", "1.0", "--max-tokens", "300",
-        "--max-update", str(max_update), "--save-dir", str(save_dir), "--no-epoch-checkpoints",
-        "--log-format", "json", "--log-interval", "1", "--seed", "5", "--num-workers", "0",
-        "--required-batch-size-multiple", "1", *extra,
-    ]
-    if chunks is not None:
-        args += ["--pipeline-chunks", str(chunks)]
-    return args
+    chunk_args = () if chunks is None else ("--pipeline-chunks", str(chunks))
+    return shared_train_args(
+        data / "bin", MODEL, "--hybrid-devices", devices, "--label-smoothing", "0.1",
+        "--clip-norm", "1.0", "--max-update", str(max_update), "--no-epoch-checkpoints",
+        "--log-format", "json", "--log-interval", "1", "--seed", "5",
+        "--required-batch-size-multiple", "1", *extra, *chunk_args, save_dir=save_dir,
+    )
 
 
 def train(data, save_dir, devices, max_update, chunks=None, extra=()):
@@ -37,13 +30,7 @@ def train(data, save_dir, devices, max_update, chunks=None, extra=()):
 
 
 def per_update_losses(proc):
-    losses = {}
-    for line in (proc.stdout + proc.stderr).splitlines():
-        if "train_inner" not in line:
-            continue
-        record = json.loads(line[line.index("{"):])
-        losses[int(record["num_updates"])] = record["loss"]
-    return losses
+    return train_losses(proc.stdout + proc.stderr)
 
 
 def weights(path):
@@ -85,10 +72,10 @@ def test_checkpoints_are_placement_free(data):
         if devices != "cpu":
             args += ["--model-overrides", f"{{'hybrid_devices': '{devices}'}}"]
         gen = run_tool("fairseq-generate", args, cwd=data)
-        outputs[devices] = sorted(l for l in gen.stdout.splitlines() if l.startswith(("H-", "P-")))
+        outputs[devices] = sorted(hypotheses(gen.stdout, ("H-", "P-")))
         if devices != "cpu":
             assert "generation placement" in gen.stderr + gen.stdout
-    assert len([l for l in outputs["cpu"] if l.startswith("H-")]) == 20
+    assert len(hypotheses("\n".join(outputs["cpu"]))) == 20
     assert outputs["cpu,cpu"] == outputs["cpu"]
 
 

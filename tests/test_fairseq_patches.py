@@ -10,11 +10,10 @@ import numpy as np
 import pytest
 
 import fairseq_hybrid  # noqa: F401  (installs the patches)
-from cli import USER_DIR, preprocess, run_tool, write_sample_subset
+from cli import USER_DIR, hypotheses, model_args, preprocess, run_tool, write_sample_subset
+from cli import train_args as shared_train_args
 
-SMALL = ["--arch", "hybrid_lstm", "--encoder-embed-dim", "16", "--encoder-hidden-size", "16",
-         "--decoder-embed-dim", "16", "--decoder-hidden-size", "16", "--decoder-out-embed-dim", "16",
-         "--encoder-layers", "1", "--decoder-layers", "1"]
+SMALL = model_args(16, 1)
 LONG = 60  # words of the one long training pair
 
 
@@ -32,9 +31,7 @@ def data(tmp_path_factory) -> Path:
 
 
 def train_args(data: Path, *extra: str) -> list:
-    return [str(data / "bin"), "--user-dir", USER_DIR, *SMALL, "--criterion", "hybrid_cross_entropy",
-            "--optimizer", "adam", "--lr", "0.003", "--max-tokens", "100", "--num-workers", "0",
-            "--seed", "1", *extra]
+    return shared_train_args(data / "bin", SMALL, "--seed", "1", *extra, max_tokens=100)
 
 
 def test_batch_by_size_keeps_the_last_batch():
@@ -53,6 +50,7 @@ def test_batch_by_size_keeps_the_last_batch():
                                     required_batch_size_multiple=8) == []
 
 
+@pytest.mark.slow
 def test_train_and_valid_iterators_cover_every_sentence(data):
     """fairseq's own Trainer builds the batches, with the default multiple of 8."""
     from fairseq import options, tasks
@@ -78,12 +76,12 @@ def test_train_and_valid_iterators_cover_every_sentence(data):
     assert [60] in train  # the long pair, alone in its batch, is trained on
 
 
+@pytest.mark.slow
 def test_generate_translates_all_300_sentences_with_default_options(data, tmp_path):
     run_tool("fairseq-train", train_args(data, "--max-update", "2", "--save-dir", str(tmp_path)),
              cwd=tmp_path)
     proc = run_tool("fairseq-generate", [str(data / "bin"), "--user-dir", USER_DIR,
                                          "--path", str(tmp_path / "checkpoint_last.pt")], cwd=tmp_path)
-    hypotheses = sorted(int(line.split("\t")[0][2:]) for line in proc.stdout.splitlines()
-                        if line.startswith("H-"))
-    assert hypotheses == list(range(300))
+    translated = sorted(int(line.split("\t")[0][2:]) for line in hypotheses(proc.stdout))
+    assert translated == list(range(300))
     assert "Translated 300 sentences" in proc.stderr + proc.stdout

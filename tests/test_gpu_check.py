@@ -10,6 +10,8 @@ import pytest
 
 from benchmarks import gpu_check
 
+pytestmark = pytest.mark.slow  # end to end through fairseq's CLIs: make test runs it, -m "not slow" skips it
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -41,10 +43,10 @@ def test_gpu_check_without_cuda_runs_every_check_on_cpu_devices(tmp_path):
 
 
 def test_the_equivalence_check_fails_when_the_engine_loses_sentences(monkeypatch):
-    import fairseq_hybrid.engine
+    import fairseq_hybrid.parallel.engine
 
-    real = fairseq_hybrid.engine.plan_shards
-    monkeypatch.setattr(fairseq_hybrid.engine, "plan_shards",
+    real = fairseq_hybrid.parallel.engine.plan_shards
+    monkeypatch.setattr(fairseq_hybrid.parallel.engine, "plan_shards",
                         lambda tokens, devices: real(tokens, devices)[:-1])
     check = gpu_check.run_check("equivalence", lambda: gpu_check.equivalence("cpu"))
     assert check.status == gpu_check.FAIL

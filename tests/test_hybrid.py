@@ -66,9 +66,9 @@ def test_model_parallel_only_keeps_the_head_on_device_0_with_the_same_numbers(mo
     use_devices(model, "cpu,cpu,cpu", 3, head_on_master=True)
     engine = model.hybrid_engine()
     assert engine.plan.head_devices == 1 and "head (all sentences)" in engine.plan.table()
-    import fairseq_hybrid.engine
+    import fairseq_hybrid.parallel.engine
 
-    monkeypatch.setattr(fairseq_hybrid.engine, "sharded_head_loss",
+    monkeypatch.setattr(fairseq_hybrid.parallel.engine, "sharded_head_loss",
                         lambda *a: pytest.fail("the head was split"))
     hybrid = HybridCrossEntropyCriterion(task, False, 0.1, softmax_chunk_tokens=4)
     assert_same(loss_and_grads(hybrid, model, batch), reference, rtol=1e-10, atol=1e-13)

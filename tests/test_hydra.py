@@ -13,7 +13,9 @@ import pytest
 import torch
 import yaml
 
-from cli import BIN, REPO, USER_DIR, prepared_sample, run_tool
+from cli import BIN, REPO, USER_DIR, hypotheses, prepared_sample, run_tool
+
+pytestmark = pytest.mark.slow  # end to end through fairseq's CLIs: make test runs it, -m "not slow" skips it
 
 CONFIG_DIR = REPO / "recipes" / "config"
 CONFIGS = ("hybrid_lstm", "hybrid_lstm_wmt_en_de")
@@ -105,7 +107,7 @@ def test_sample_config_two_cpu_devices_resume_with_fairseq_train_and_generate(da
         "--beam", "2", "--gen-subset", "test", "--batch-size", "8", "--max-len-b", "10",
         "--required-batch-size-multiple", "1",
     ], cwd=data)
-    assert len([l for l in gen.stdout.splitlines() if l.startswith("H-")]) == 20
+    assert len(hypotheses(gen.stdout)) == 20
 
 
 def test_wmt_config_trains_and_keeps_the_presets_other_values(data, tmp_path):

@@ -13,9 +13,9 @@ import pytest
 import torch
 from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 
-from fairseq_hybrid import head_shards, pipeline
+from fairseq_hybrid.parallel import head_shards, pipeline
 from fairseq_hybrid.criterion import HybridCrossEntropyCriterion
-from fairseq_hybrid.worker import DeviceWorkers
+from fairseq_hybrid.parallel.worker import DeviceWorkers
 from test_hybrid import assert_same, setup, use_devices
 from helpers import loss_and_grads
 
@@ -117,7 +117,7 @@ def test_backward_on_a_device_thread_runs_that_devices_tasks_there(monkeypatch):
 
 
 def test_inline_tasks_fail_like_worker_tasks():
-    from fairseq_hybrid.worker import WorkerError
+    from fairseq_hybrid.parallel.worker import WorkerError
 
     workers = DeviceWorkers([torch.device("cpu"), torch.device("cpu")])
     try:
@@ -134,7 +134,7 @@ def test_every_cell_and_shard_runs_forward_and_backward_on_its_worker(monkeypatc
     """One mechanism for every device kind: each pipeline cell's and each head shard's
     forward and backward are issued on the worker of its device, none on the caller's
     thread or autograd's."""
-    from fairseq_hybrid.worker import DeviceWorkers
+    from fairseq_hybrid.parallel.worker import DeviceWorkers
 
     issued = []
     original = DeviceWorkers.run_all

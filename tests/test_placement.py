@@ -5,11 +5,11 @@ import pytest
 import torch
 
 from fairseq_hybrid.errors import HybridConfigError
-from fairseq_hybrid.pipeline import DECODER, ENCODER, chunk_bounds, clock_cycles
-from fairseq_hybrid.placement import (
+from fairseq_hybrid.parallel.pipeline import DECODER, ENCODER, chunk_bounds, clock_cycles
+from fairseq_hybrid.parallel.placement import (
     build_plan, check_plan_options, parse_devices, shard_bounds,
 )
-from fairseq_hybrid.worker import DeviceWorkers, WorkerError
+from fairseq_hybrid.parallel.worker import DeviceWorkers, WorkerError
 
 
 def test_devices_parse_every_spelling():

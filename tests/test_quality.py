@@ -16,6 +16,8 @@ import sacrebleu
 from benchmarks import quality_stats
 from benchmarks.quality_runs import learning_curve
 
+pytestmark = pytest.mark.slow  # end to end through fairseq's CLIs: make test runs it, -m "not slow" skips it
+
 ROOT = Path(__file__).resolve().parent.parent
 REFS = ["the cat sat on the mat", "a dog barks at night", "it is raining again today",
         "we went to the market", "he reads a long book", "the sun is shining bright",
@@ -138,7 +140,8 @@ def run_quality(*args):
 def test_bad_input_stops_with_one_line_before_any_work(tmp_path, args, message):
     proc = run_quality(*args, "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out"))
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [f"benchmarks.quality: error: {proc.stderr.split('error: ', 1)[1].strip()}"]
+    message = proc.stderr.split("error: ", 1)[1].strip()
+    assert proc.stderr.strip().splitlines() == [f"benchmarks.quality: error: {message}"]
     assert message in proc.stderr
     assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
 

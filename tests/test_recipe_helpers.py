@@ -73,7 +73,7 @@ def test_tokenized_bleu_equals_the_perl_reference_procedure(tmp_path):
 
     sample = (REPO / "data" / "ende-sample" / "test.de").read_text(encoding="utf-8").splitlines()[:200]
     refs = hyphen_rich(sample, 3)
-    hyps = hyphen_rich([" ".join(w if i % 5 else "x-y" for i, w in enumerate(l.split())) for l in sample], 2)
+    hyps = hyphen_rich([" ".join(w if i % 5 else "x-y" for i, w in enumerate(line.split())) for line in sample], 2)
     (tmp_path / "ref.de").write_text("\n".join(refs) + "\n", encoding="utf-8")
     (tmp_path / "gen.out").write_text("".join(f"D-{i}\t-0.1\t{h}\n" for i, h in enumerate(hyps)),
                                       encoding="utf-8")
@@ -85,7 +85,7 @@ def test_tokenized_bleu_equals_the_perl_reference_procedure(tmp_path):
     tokenizer = MosesTokenizer(lang="de")
 
     def perl_split(lines):
-        tokens = "".join(tokenizer.tokenize(l, return_str=True, escape=True) + "\n" for l in lines)
+        tokens = "".join(tokenizer.tokenize(line, return_str=True, escape=True) + "\n" for line in lines)
         return subprocess.run(["perl", "-ple", r"s{(\S)-(\S)}{$1 ##AT##-##AT## $2}g"], input=tokens,
                               capture_output=True, text=True, check=True).stdout.splitlines()
 

@@ -10,33 +10,24 @@ import time
 
 import pytest
 
-from cli import BIN, USER_DIR, prepared_sample, run_tool
+from cli import BIN, model_args, prepared_sample, run_tool, train_args, train_losses
+
+pytestmark = pytest.mark.slow  # end to end through fairseq's CLIs: make test runs it, -m "not slow" skips it
 
 UPDATES = 14
 
 
 def args(data, save_dir, devices):
-    return [
-        str(data / "bin"), "--user-dir", USER_DIR, "--arch", "hybrid_lstm",
-        "--encoder-layers", "3", "--decoder-layers", "3", "--encoder-embed-dim", "32",
-        "--encoder-hidden-size", "32", "--decoder-embed-dim", "32", "--decoder-hidden-size", "32",
-        "--decoder-out-embed-dim", "32", "--dropout", "0.3", "--hybrid-devices", devices,
-        "--criterion", "hybrid_cross_entropy", "--label-smoothing", "0.1",
-        "--optimizer", "adam", "--lr", "0.003", "--clip-norm", "1.0", "--max-tokens", "250",
-        "--max-update", str(UPDATES), "--save-dir", str(save_dir), "--no-epoch-checkpoints",
-        "--save-interval-updates", "3", "--log-format", "json", "--log-interval", "1",
-        "--seed", "11", "--num-workers", "0", "--required-batch-size-multiple", "1",
-        "--disable-validation",
-    ]
+    return train_args(
+        data / "bin", model_args(32, 3, "--dropout", "0.3"), "--hybrid-devices", devices,
+        "--label-smoothing", "0.1", "--clip-norm", "1.0", "--max-update", str(UPDATES),
+        "--no-epoch-checkpoints", "--save-interval-updates", "3", "--log-format", "json",
+        "--log-interval", "1", "--seed", "11", "--required-batch-size-multiple", "1",
+        "--disable-validation", save_dir=save_dir, max_tokens=250,
+    )
 
 
-def losses(text):
-    found = {}
-    for line in text.splitlines():
-        if "train_inner" in line:
-            record = json.loads(line[line.index("{"):])
-            found[int(record["num_updates"])] = record["loss"]
-    return found
+losses = train_losses
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +65,7 @@ def test_sigkill_then_resume_makes_the_same_updates(data, tmp_path, devices):
     resumed = run_tool("fairseq-train", args(data, save, devices), cwd=data)
     log = resumed.stdout + resumed.stderr
     start = int(json.loads(next(
-        l[l.index("{"):] for l in log.splitlines() if "train_inner" in l))["num_updates"])
+        line[line.index("{"):] for line in log.splitlines() if "train_inner" in line))["num_updates"])
     assert 1 < start <= kill_after + 1 and start <= UPDATES
     after = losses(log)
     assert sorted(after) == list(range(start, UPDATES + 1))

@@ -17,6 +17,8 @@ import pytest
 
 from fake_wmt_mirror import build, filtered
 
+pytestmark = pytest.mark.slow  # end to end through fairseq's CLIs: make test runs it, -m "not slow" skips it
+
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 SAMPLE = REPO / "data" / "ende-sample"
@@ -56,7 +58,8 @@ def tiny_env(mirror: Path, data: Path, **extra: str) -> Dict[str, str]:
 
 
 def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert proc.returncode == 0, f"exit {proc.returncode}\nSTDOUT:\n{proc.stdout[-3000:]}\nSTDERR:\n{proc.stderr[-5000:]}"
+    assert proc.returncode == 0, (
+        f"exit {proc.returncode}\nSTDOUT:\n{proc.stdout[-3000:]}\nSTDERR:\n{proc.stderr[-5000:]}")
     return proc
 
 
@@ -190,8 +193,10 @@ def test_dry_run_prints_the_real_urls_and_the_plan(recipe, urls, tmp_path):
 
 
 @pytest.mark.parametrize("stage,env,message", [
-    ("tokenize", {}, "error: unknown stage 'tokenize': use one of: prepare clean spm binarize train generate score all"),
-    ("all", {"GPUS": "0,gpu1"}, "error: GPUS='0,gpu1': use GPU indices like 0,1,2,3 (one process drives them all) or cpu"),
+    ("tokenize", {},
+     "error: unknown stage 'tokenize': use one of: prepare clean spm binarize train generate score all"),
+    ("all", {"GPUS": "0,gpu1"},
+     "error: GPUS='0,gpu1': use GPU indices like 0,1,2,3 (one process drives them all) or cpu"),
     ("all", {"GPUS": "0,1,1"}, "error: GPUS='0,1,1': GPU 1 is listed twice"),
     ("train", {"GPUS": "0,1,2,3"}, "error: GPUS='0,1,2,3': this machine has 0 CUDA device(s)"),
     ("all", {"ARCH": "transformer"}, "error: ARCH='transformer': use hybrid_lstm_wmt_en_de"),

@@ -29,7 +29,7 @@ COMPOUND = re.compile(r"(\S)-(\S)")
 
 
 def compound_split(text: str) -> str:
-    """``perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'`` (tensor2tensor's get_ende_bleu.sh,
+    r"""``perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'`` (tensor2tensor's get_ende_bleu.sh,
     fairseq's compound_split_bleu.sh), applied once: matches do not overlap, left to right,
     so ``E-Mail-Adresse`` splits at both hyphens but ``1-2-3`` only at the first. A second
     pass would split the hyphen inside the ``##AT##-##AT##`` just inserted and inflate BLEU."""

@@ -21,9 +21,9 @@ from typing import Optional, Tuple
 import torch.nn as nn
 from torch import Tensor
 
-from .encoder import EncoderOut
+from ..encoder import EncoderOut
 from .head_shards import HeadReplicas, ShardInputs, plan_shards, sharded_head_loss
-from .loss import HeadLoss, TokenLoss
+from ..loss import HeadLoss, TokenLoss
 from .pipeline import DECODER, ENCODER, WavefrontPipeline
 from .placement import PlacementPlan
 from .worker import DeviceWorkers
@@ -62,30 +62,23 @@ class HybridEngine:
                 src_tokens, src_lengths, prev_output_tokens, features_only=True
             )
             return features, extra["encoder_out"]
-        encoder, decoder = self.model.encoder, self.model.decoder
-        tokens = encoder.right_pad(src_tokens)
-        input_feeding = decoder.input_feeding
-        # random draws in the plain model's order (see dropout.py)
-        source = encoder.embed(tokens)
-        masks = {ENCODER: encoder.stack.draw_masks(source.size(0), source.size(1), source)}
-        top_device = self.plan.device_of_layer(encoder.num_layers - 1)
-        top_mask = encoder.top_mask(
-            (source.size(0), source.size(1), encoder.hidden_size), source, top_device
+        draws = self.model.draw_step(
+            src_tokens, prev_output_tokens,
+            top_device=self.plan.device_of_layer(self.model.encoder.num_layers - 1),
         )
+        masks = {ENCODER: draws.encoder.masks}
         target = None
-        if not input_feeding:
-            target = decoder.embed(prev_output_tokens)
-            masks[DECODER] = decoder.stack.draw_masks(target.size(0), target.size(1), target)
-        out = self.pipeline.run(source, src_lengths, target, masks)
-        encoder_out = encoder.package(
-            out.encoder_top, out.encoder_finals, tokens,
-            encoder.source_shift(src_tokens, tokens), top_mask,
+        if draws.decoder is not None:
+            target, masks[DECODER] = draws.decoder.target, draws.decoder.masks
+        out = self.pipeline.run(draws.encoder.source, src_lengths, target, masks)
+        encoder_out = self.model.encoder.output(
+            out.encoder_top, out.encoder_finals, src_tokens, draws.encoder
         )
-        if input_feeding:
+        if draws.decoder is None:
             # HybridNMT-IF: H_c of step t-1 feeds step t, so the decoder cannot be chunked
             # in time: it runs step by step across its layers' devices, attention and
             # combine on device 0; only the output layer and loss are split by sentences.
-            features, _ = decoder.extract_features(prev_output_tokens, encoder_out)
+            features, _ = self.model.decoder.extract_features(prev_output_tokens, encoder_out)
             return features, encoder_out
         return out.decoder_top.transpose(0, 1), encoder_out
 

@@ -15,7 +15,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from .errors import HybridConfigError
+from ..errors import HybridConfigError
 
 DEVICES_OPTION = "--hybrid-devices"
 REPEAT_OPTION = "--hybrid-allow-repeated-devices"
@@ -133,8 +133,8 @@ class PlacementPlan:
             f"  {'#':>2}  {'device':<8} {'encoder layers':<15} {'decoder layers':<15} other",
         ]
         for index, device in enumerate(self.devices):
-            layers = [l for l, d in enumerate(self.layer_device) if d == index]
-            names = ",".join(str(l) for l in layers) or "-"
+            layers = [layer for layer, d in enumerate(self.layer_device) if d == index]
+            names = ",".join(str(layer) for layer in layers) or "-"
             other = ["head replica"] if self.split_head else []
             if index == 0:
                 head = "master head" if self.split_head else "head (all sentences)"
@@ -182,8 +182,8 @@ def build_plan(
 
 def check_plan_options(cfg, argv: Optional[Sequence[str]] = None) -> PlacementPlan:
     """Parse-time check of the placement options (nothing is placed)."""
-    from .config import effective
-    from .integration import explicit_option
+    from ..config import effective
+    from ..integration import explicit_option
 
     # --pipeline-chunks is fairseq's own option; its default, 0, means "not set" to us,
     # so only the command line tells an explicit 0 apart

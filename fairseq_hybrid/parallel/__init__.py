@@ -1,0 +1,14 @@
+"""Hybrid data-model parallelism for training ``hybrid_lstm``: what runs where, and when.
+
+- ``placement``: the placement plan (devices, layers per device, chunks, head devices).
+- ``worker``: one worker thread per device; tasks run there, failures surface.
+- ``pipeline``: the model-parallel part, the time-chunked wavefront of LSTM cells over the
+  layers' devices (clock-cycle schedule drawn in its docstring), forward and backward.
+- ``head_shards``: the data-parallel part, the attention/combine/output/loss head split by
+  sentences over every device, forward and backward of each shard on its device's worker.
+- ``engine``: one training step's features and head loss over a plan.
+
+Every device kind (CPU devices, GPUs, a mix) runs this same code; the model files
+(``model.py``, ``encoder.py``, ``decoder.py``) stay flat and know nothing of it beyond
+``HybridLSTMModel.hybrid_engine``.
+"""

@@ -1,0 +1,342 @@
+"""Measurement on one device: the forward and backward time of every (side, layer, chunk)
+cell of the wavefront for each chunk count K, through the pipeline's own
+``forward_cells``/``backward_cells`` with a worker stand-in that runs each task inline and
+times it; the bytes each cell hands on; the embeddings; the head + loss per shard size; the
+rest of the update (clipping + Adam); the cost of one ``DeviceWorkers.run_all`` round trip;
+and how much CPU devices slow each other down when they work at once."""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import torch
+
+from .sizes import BatchSize, Key, ModelSize, build_model, synthetic_sample
+from .stage_times import CellTimes, StageTimes
+
+
+def device_clock(device: torch.device) -> Callable[[], float]:
+    """``time.perf_counter`` after the device has finished its queued work (CUDA kernels
+    run asynchronously; CPU work is done when the call returns)."""
+    if device.type == "cuda":
+        def now() -> float:
+            torch.cuda.synchronize(device)
+            return time.perf_counter()
+        return now
+    return time.perf_counter
+
+
+class TimingWorkers:
+    """Stands in for ``worker.DeviceWorkers``: runs each task inline on the calling thread
+    (one device) and records its wall time, in issue order."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.records: List[Tuple[str, float]] = []
+        self.clock = clock
+
+    def run_all(self, tasks: Sequence[Tuple[int, str, Callable[[], Any]]],
+                inline_device: Optional[torch.device] = None) -> List[Any]:
+        results = []
+        for _, description, fn in tasks:
+            start = self.clock()
+            results.append(fn())
+            self.records.append((description, self.clock() - start))
+        return results
+
+
+def median(values: Iterable[float]) -> float:
+    return float(statistics.median(list(values)))
+
+
+def _check_issue_order(records: Sequence[Tuple[str, float]], expected: Sequence[str]) -> None:
+    """The pipeline issued one task per cell, in clock-cycle order (else the timings
+    would be attributed to the wrong cells)."""
+    issued = [description for description, _ in records]
+    if issued != list(expected):
+        raise RuntimeError(
+            "pipeline_model: the pipeline's tasks no longer match clock_cycles order "
+            f"(first issued: {issued[:3]}, expected: {list(expected)[:3]})"
+        )
+
+
+def _measure_cells(
+    model: Any, sample: dict, chunks: int, device: torch.device,
+) -> Tuple[Dict[Key, float], Dict[Key, float], Dict[Key, int], int, int, int]:
+    """One forward + backward of every cell on one device, through the pipeline's own code."""
+    from fairseq_hybrid.parallel.pipeline import (
+        DECODER, ENCODER, Cell, WavefrontPipeline, chunk_bounds, clock_cycles, describe,
+    )
+    from fairseq_hybrid.parallel.placement import build_plan
+
+    layers = model.encoder.num_layers
+    plan = build_plan(str(device), None, chunks, layers, layers)
+    workers = TimingWorkers(device_clock(device))
+    pipeline = WavefrontPipeline.for_model(model, plan, workers)
+    net = sample["net_input"]
+    with torch.no_grad():
+        draws = model.draw_step(net["src_tokens"], net["prev_output_tokens"])
+    source, target = draws.encoder.source, draws.decoder.target
+    masks = {ENCODER: draws.encoder.masks, DECODER: draws.decoder.masks}
+    source.requires_grad_(True)
+    target.requires_grad_(True)
+    spans = {ENCODER: chunk_bounds(source.size(0), chunks),
+             DECODER: chunk_bounds(target.size(0), chunks)}
+    lengths = net["src_lengths"].cpu()
+    with torch.enable_grad():
+        outputs, states, records = pipeline.forward_cells(source, lengths, target, spans, masks)
+    cycles = clock_cycles(len(spans[ENCODER]), len(spans[DECODER]), layers)
+    order: List[Key] = [(c.side, c.layer, c.chunk) for cycle in cycles for c in cycle]
+    _check_issue_order(workers.records, [describe(c) for cycle in cycles for c in cycle])
+    forward = {key: seconds for key, (_, seconds) in zip(order, workers.records)}
+    output_bytes = {key: out.numel() * out.element_size() for key, out in outputs.items()}
+    some_state = next(iter(states.values()))
+    state_bytes = sum(t.numel() * t.element_size() for t in some_state)
+    workers.records.clear()
+    top = layers - 1
+    top_grads = {
+        ENCODER: torch.randn(source.size(0), source.size(1), outputs[(ENCODER, top, 0)].size(-1),
+                             device=device),
+        DECODER: torch.randn(target.size(0), target.size(1), outputs[(DECODER, top, 0)].size(-1),
+                             device=device),
+    }
+    pipeline.backward_cells(records, spans, top_grads, [(None, None)] * layers)
+    reverse_order = [(c.side, c.layer, c.chunk) for cycle in reversed(cycles) for c in cycle]
+    # a bridge's backward (sizes differ) runs on device 0 right after its decoder layer's
+    # chunk 0: counted as part of that cell
+    cell_records: List[Tuple[str, float]] = []
+    bridge = "backward of the bridge into decoder layer "
+    for description, seconds in workers.records:
+        if description.startswith(bridge):
+            cell = "backward of " + describe(Cell(DECODER, int(description[len(bridge):]), 0))
+            index = [name for name, _ in cell_records].index(cell)
+            cell_records[index] = (cell, cell_records[index][1] + seconds)
+        else:
+            cell_records.append((description, seconds))
+    _check_issue_order(cell_records,
+                       ["backward of " + describe(c) for cycle in reversed(cycles) for c in cycle])
+    backward = {key: seconds for key, (_, seconds) in zip(reverse_order, cell_records)}
+    return forward, backward, output_bytes, state_bytes, len(spans[ENCODER]), len(spans[DECODER])
+
+
+def _measure_run_all(workers: int, repeats: int = 200) -> float:
+    """Median seconds of one ``DeviceWorkers.run_all`` of no-op tasks (one per worker)."""
+    from fairseq_hybrid.parallel.worker import DeviceWorkers
+
+    pool = DeviceWorkers([torch.device("cpu")] * workers)
+    try:
+        tasks = [(i, "no-op", lambda: None) for i in range(workers)]
+        for _ in range(20):
+            pool.run_all(tasks)
+        samples = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            pool.run_all(tasks)
+            samples.append(time.perf_counter() - start)
+        return median(samples)
+    finally:
+        pool.close()
+
+
+def measure_concurrency(
+    size: ModelSize, batch: BatchSize, workers: int = 2, repeats: int = 3,
+    workload: str = "lstm",
+) -> float:
+    """How much slower one device's work runs while ``workers`` CPU devices work at once
+    on this box (shared cores, memory bandwidth, and whatever else runs here): the median
+    duration of a task on each of ``workers`` worker threads (``DeviceWorkers``, 1 torch
+    thread each) together, divided by the same task on one worker alone (1.0 =
+    independent devices). ``workload``: "lstm", one LSTM layer's forward + backward over
+    the batch's source (a pipeline cell); "head", the head + loss forward (recording the
+    graph, as in training) of one shard of ``sentences / workers`` sentences (what the head
+    shards run concurrently)."""
+    from fairseq_hybrid.parallel.head_shards import ShardLoss
+    from fairseq_hybrid.layers import lstm_layer
+    from fairseq_hybrid.loss import TokenLoss
+    from fairseq_hybrid.lstm_stack import run_layer
+    from fairseq_hybrid.parallel.worker import DeviceWorkers
+
+    if workload not in ("lstm", "head"):
+        raise ValueError(f"workload {workload!r}: lstm or head")
+    pool = DeviceWorkers([torch.device("cpu")] * workers, cpu_threads=1)
+    tasks: List[Callable[[], Any]] = []
+    if workload == "lstm":
+        for _ in range(workers):
+            layer = lstm_layer(size.hidden, size.hidden)
+            x = torch.randn(batch.source_len, batch.sentences, size.hidden)
+
+            def lstm_task(layer: torch.nn.LSTM = layer, x: torch.Tensor = x) -> None:
+                out, (h, c) = run_layer(layer, x, None, None)
+                torch.autograd.backward([out, h, c], [torch.ones_like(out), torch.ones_like(h),
+                                                      torch.ones_like(c)])
+            tasks.append(lstm_task)
+    else:
+        model, task = build_model(size)
+        module = ShardLoss(model.decoder.head,
+                           TokenLoss(task.target_dictionary.pad(), 0.1, chunk_tokens=0))
+        shard = max(1, math.ceil(batch.sentences / workers))
+        target = synthetic_sample(task.target_dictionary, batch)["target"][:shard]
+        for _ in range(workers):
+            inputs = (torch.randn(shard, batch.target_len, size.hidden, requires_grad=True),
+                      torch.randn(shard, batch.source_len, size.hidden, requires_grad=True),
+                      torch.zeros(shard, batch.source_len, dtype=torch.bool), target)
+
+            def head_task(inputs: Tuple[torch.Tensor, ...] = inputs) -> None:
+                module(*inputs)  # with autograd recording, as in training; graph dropped
+            tasks.append(head_task)
+
+    def timed(fn: Callable[[], Any]) -> Callable[[], float]:
+        def run() -> float:
+            start = time.perf_counter()
+            fn()
+            return time.perf_counter() - start
+        return run
+
+    try:
+        alone: List[float] = []
+        together: List[float] = []
+        for round_index in range(repeats + 1):
+            solo = pool.run_all([(0, "alone", timed(tasks[0]))])
+            both = pool.run_all([(i, "together", timed(tasks[i])) for i in range(workers)])
+            if round_index > 0:
+                alone.extend(solo)
+                together.extend(both)
+        return median(together) / median(alone)
+    finally:
+        pool.close()
+
+
+def measure_stage_times(
+    size: ModelSize,
+    batch: BatchSize,
+    chunk_counts: Sequence[int],
+    device_counts: Sequence[int],
+    repeats: int = 3,
+    threads: int = 1,
+    progress: Callable[[str], None] = lambda message: None,
+    device: str = "cpu",
+) -> StageTimes:
+    """Measure the stage times of ``size`` on ``batch`` on one ``device`` ("cpu": this
+    machine's CPU with ``threads`` torch threads, the thread count of one CPU device
+    worker; or e.g. "cuda:0", timed with ``torch.cuda.synchronize``)."""
+    from fairseq_hybrid.parallel.head_shards import ShardLoss
+    from fairseq_hybrid.loss import TokenLoss
+
+    saved_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        dev = torch.device(device)
+        if dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        now = device_clock(dev)
+        model, task = build_model(size)
+        model = model.to(dev)
+        dictionary = task.target_dictionary
+        sample = synthetic_sample(dictionary, batch)
+        sample["target"] = sample["target"].to(dev)
+        net = sample["net_input"]
+        for name in ("src_tokens", "prev_output_tokens"):
+            net[name] = net[name].to(dev)
+        encoder, decoder = model.encoder, model.decoder
+
+        # --- cells, every K, interleaved over the repeats (one warm-up round first)
+        samples: Dict[int, List[Tuple[Dict[Key, float], Dict[Key, float]]]] = {k: [] for k in chunk_counts}
+        meta: Dict[int, Tuple[Dict[Key, int], int, int, int]] = {}
+        for round_index in range(repeats + 1):
+            for chunks in chunk_counts:
+                fwd, bwd, out_bytes, state_bytes, ks, kt = _measure_cells(model, sample, chunks, dev)
+                meta[chunks] = (out_bytes, state_bytes, ks, kt)
+                if round_index > 0:
+                    samples[chunks].append((fwd, bwd))
+            progress(f"cells: round {round_index}/{repeats}")
+        cells = {}
+        for chunks in chunk_counts:
+            out_bytes, state_bytes, ks, kt = meta[chunks]
+            keys = samples[chunks][0][0].keys()
+            cells[chunks] = CellTimes(
+                chunks, ks, kt, size.layers,
+                {k: median(s[0][k] for s in samples[chunks]) for k in keys},
+                {k: median(s[1][k] for s in samples[chunks]) for k in keys},
+                out_bytes, state_bytes,
+            )
+
+        # --- embeddings (and the dropout masks drawn with them), forward and backward
+        embed_f, embed_b = [], []
+        for round_index in range(repeats + 1):
+            model.zero_grad(set_to_none=True)
+            start = now()
+            draws = model.draw_step(net["src_tokens"], net["prev_output_tokens"])
+            source, target = draws.encoder.source, draws.decoder.target
+            middle = now()
+            torch.autograd.backward([source, target], [torch.ones_like(source), torch.ones_like(target)])
+            end = now()
+            if round_index > 0:
+                embed_f.append(middle - start)
+                embed_b.append(end - middle)
+        progress("embeddings")
+
+        # --- the head + loss on shards of every size the device counts need
+        loss_fn = TokenLoss(padding_idx=dictionary.pad(), epsilon=0.1, chunk_tokens=0)
+        module = ShardLoss(decoder.head, loss_fn)
+        shard_sizes = sorted({math.ceil(batch.sentences / n) for n in device_counts}
+                             | {batch.sentences})
+        features_all = torch.randn(batch.sentences, batch.target_len, size.hidden, device=dev)
+        sources_all = torch.randn(batch.sentences, batch.source_len, size.hidden, device=dev)
+        padding_all = torch.zeros(batch.sentences, batch.source_len, dtype=torch.bool, device=dev)
+        head_f: Dict[int, List[float]] = {s: [] for s in shard_sizes}
+        head_b: Dict[int, List[float]] = {s: [] for s in shard_sizes}
+        for round_index in range(repeats + 1):
+            for shard in shard_sizes:
+                model.zero_grad(set_to_none=True)
+                features = features_all[:shard].clone().requires_grad_(True)
+                sources = sources_all[:shard].clone().requires_grad_(True)
+                target = sample["target"][:shard]
+                start = now()
+                mask = decoder.head.combine_mask(
+                    (shard * batch.target_len, decoder.head.combined_dim), features
+                )
+                result = module(features, sources, padding_all[:shard], target, mask)
+                middle = now()
+                result.loss.backward()
+                end = now()
+                if round_index > 0:
+                    head_f[shard].append(middle - start)
+                    head_b[shard].append(end - middle)
+        progress("head")
+        head_params = sum(p.numel() * p.element_size() for p in decoder.head.parameters())
+        element = features_all.element_size()
+        head_input = (batch.target_len + batch.source_len) * size.hidden * element
+
+        # --- the rest: gradient clipping + Adam step over every parameter
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.Adam(params, lr=1e-6)
+        grads = [torch.randn_like(p) * 1e-3 for p in params]
+        rest = []
+        for round_index in range(repeats + 1):
+            for p, g in zip(params, grads):
+                p.grad = g.clone()
+            start = now()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            model.zero_grad(set_to_none=True)
+            if round_index > 0:
+                rest.append(now() - start)
+        progress("rest")
+
+        overhead = {n: _measure_run_all(n) for n in sorted(set(device_counts) | {1})}
+        layer_bytes = tuple(
+            sum(p.numel() * p.element_size()
+                for stack in (encoder.stack, decoder.stack)
+                for p in stack.layers[layer].parameters())
+            for layer in range(size.layers)
+        )
+        total_bytes = sum(p.numel() * p.element_size() for p in params)
+        return StageTimes(
+            size, batch, threads, repeats, cells, median(embed_f), median(embed_b),
+            {s: median(v) for s, v in head_f.items()}, {s: median(v) for s, v in head_b.items()},
+            head_params, head_input, median(rest), overhead, str(dev),
+            total_bytes - sum(layer_bytes), layer_bytes,
+        )
+    finally:
+        torch.set_num_threads(saved_threads)

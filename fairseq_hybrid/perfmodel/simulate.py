@@ -1,0 +1,234 @@
+"""The simulator of the schedule the code issues, from one device's stage times: forward
+cells in ``clock_cycles`` order over the layer -> device map of ``placement.build_plan``,
+under two synchronisation semantics (``cpu-workers``: a barrier per clock cycle;
+``cuda``: dataflow, each device running its cells in issue order as their inputs arrive),
+and the step and speedup predictions built on it.
+
+- ``cpu-workers`` (what ``parallel/pipeline.py``/``worker.py`` do on CPU devices): every clock
+  cycle is a *barrier* (``run_all`` waits for all of the cycle's tasks); a device's cells in
+  one cycle run one after another on its single worker. Backward: with N > 1 the same
+  barrier per cycle in reverse clock order (``backward_cells``); with N = 1 one autograd
+  thread runs all of it serially. The head's shards run forward and backward on the
+  workers in parallel (``parallel/head_shards.py``).
+- ``cuda`` (what the same code does on GPUs): the host's per-cycle barrier only waits for
+  kernel *launches*, so execution is *dataflow*: each device runs its cells in issue order,
+  a cell starting when its inputs (plus a transfer, if they come from another device) are
+  ready; backward likewise, and the head's shards run forward and backward in parallel, plus
+  the copy of the head's parameters to each replica and the reduction of their gradients.
+  The optimizer step ("rest") scales with the largest share of the parameters on one device
+  (embeddings and head stay on device 0).
+
+    step(N, K) = embeddings fwd+bwd + pipeline fwd + head phase + pipeline bwd + rest
+    speedup(N, K) = step(1, 1) / step(N, K)
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from .sizes import Key, Link, layer_map
+from .stage_times import StageTimes
+
+SEMANTICS = ("cpu-workers", "cuda")
+
+
+def _dependencies(
+    key: Key, source_chunks: int, direction: str, layers: int, target_chunks: int,
+) -> List[Tuple[Key, str]]:
+    """The cells whose results ``key`` needs: (cell, kind) with kind "output" (crosses from
+    layer l-1 forward / l+1 backward) or "state" (same layer). The pipeline's own rule
+    (``input_cell``, ``state_cell``); backward inverts it."""
+    from fairseq_hybrid.parallel.pipeline import Cell, clock_cycles, input_cell, state_cell
+
+    def needs(cell: Cell) -> List[Tuple[Optional[Key], str]]:
+        return [(input_cell(cell), "output"), (state_cell(cell, source_chunks), "state")]
+
+    if direction == "forward":
+        return [(dep, kind) for dep, kind in needs(Cell(*key)) if dep is not None]
+    return [
+        (other.key, kind)
+        for cycle in clock_cycles(source_chunks, target_chunks, layers) for other in cycle
+        for dep, kind in needs(other) if dep == key
+    ]
+
+
+def _cell_transfer(
+    key: Key, direction: str, layer_device: Sequence[int], output_bytes: Mapping[Key, int],
+    state_bytes: int, link: Link,
+) -> float:
+    """Transfer time the cell's own task spends moving its inputs to its device: the
+    output of layer l-1 (forward) or the gradient of its output from layer l+1 (backward);
+    and, for decoder chunk 0 on a device other than 0, the (h, c) round trip through the
+    master device that ``_initial_state`` makes for the bridge (and its backward)."""
+    side, layer, chunk = key
+    cost = 0.0
+    if link.bandwidth_bytes_per_s <= 0:
+        return cost
+    if direction == "forward":
+        if layer > 0 and layer_device[layer] != layer_device[layer - 1]:
+            cost += link.cost(output_bytes.get((side, layer - 1, chunk), 0))
+    else:
+        if layer < len(layer_device) - 1 and layer_device[layer] != layer_device[layer + 1]:
+            cost += link.cost(output_bytes.get(key, 0))
+    if side == "decoder" and chunk == 0 and layer_device[layer] != 0:
+        cost += 2 * link.cost(state_bytes, count=2)  # h, c to master and back
+    return cost
+
+
+def simulate_pipeline(
+    times: Mapping[Key, float],
+    layer_device: Sequence[int],
+    source_chunks: int,
+    target_chunks: int,
+    direction: str = "forward",
+    sync: str = "cycle",
+    output_bytes: Optional[Mapping[Key, int]] = None,
+    state_bytes: int = 0,
+    link: Link = Link(),
+    cycle_overhead: float = 0.0,
+    slowdown: Optional[Mapping[int, float]] = None,
+) -> float:
+    """Makespan (seconds) of the forward or backward of the wavefront.
+
+    ``times``: seconds of each (side, layer, chunk) cell in this direction;
+    ``layer_device``: device index of each layer (encoder and decoder layer l alike).
+    ``sync``:
+      - "cycle": barrier per clock cycle (``WavefrontPipeline.forward_cells`` /
+        ``backward_cells`` with ``DeviceWorkers.run_all``): a cycle lasts as long as its
+        busiest device, whose cells (and their input transfers) run one after another;
+        plus ``cycle_overhead`` per cycle. Backward: the cycles in reverse order.
+      - "dataflow": each device runs its cells in issue order, each starting when its
+        inputs are ready (CUDA streams: the workers only queue kernels, forward and backward).
+      - "serial": one thread runs every cell (one CPU autograd ``.backward()``).
+    ``slowdown`` (cycle mode): devices that share hardware (CPU "devices" on one box's
+    cores and memory) run slower together: with m devices busy in a cycle, each cell takes
+    ``slowdown[m]`` times its one-device time (missing: 1, independent devices).
+    """
+    from fairseq_hybrid.parallel.pipeline import clock_cycles
+
+    layers = len(layer_device)
+    output_bytes = output_bytes or {}
+    cycles = [[(c.side, c.layer, c.chunk) for c in cycle]
+              for cycle in clock_cycles(source_chunks, target_chunks, layers)]
+    if direction == "backward":
+        cycles = list(reversed(cycles))
+    elif direction != "forward":
+        raise ValueError(f"direction {direction!r}: forward or backward")
+
+    def transfer(key: Key) -> float:
+        return _cell_transfer(key, direction, layer_device, output_bytes, state_bytes, link)
+
+    if sync == "serial":
+        return sum(times[key] + transfer(key) for cycle in cycles for key in cycle)
+    if sync == "cycle":
+        total = 0.0
+        for cycle in cycles:
+            busy: Dict[int, float] = {}
+            for key in cycle:
+                device = layer_device[key[1]]
+                busy[device] = busy.get(device, 0.0) + times[key] + transfer(key)
+            factor = (slowdown or {}).get(len(busy), 1.0)
+            total += max(busy.values()) * factor + cycle_overhead
+        return total
+    if sync == "dataflow":
+        free: Dict[int, float] = {}
+        finish: Dict[Key, float] = {}
+        for cycle in cycles:
+            for key in cycle:
+                device = layer_device[key[1]]
+                ready = 0.0
+                for dep, _ in _dependencies(key, source_chunks, direction, layers, target_chunks):
+                    ready = max(ready, finish[dep])
+                start = max(free.get(device, 0.0), ready)
+                finish[key] = start + transfer(key) + times[key]
+                free[device] = finish[key]
+        return max(finish.values()) if finish else 0.0
+    raise ValueError(f"sync {sync!r}: cycle, dataflow or serial")
+
+
+def predict_step(
+    stage: StageTimes, devices: int, chunks: int, semantics: str = "cpu-workers",
+    link: Link = Link(), balance: Optional[str] = None,
+    slowdown: Optional[Mapping[int, float]] = None,
+    head_slowdown: Optional[Mapping[int, float]] = None,
+) -> Dict[str, float]:
+    """Predicted seconds of one training step on ``devices`` devices with ``chunks`` time
+    chunks, by part (``total`` is their sum). ``slowdown``: see ``simulate_pipeline``;
+    ``head_slowdown``: the same for the head shards' concurrent forward (default:
+    ``slowdown``); cpu-workers only; None = devices that do not slow each other down."""
+    if semantics not in SEMANTICS:
+        raise ValueError(f"semantics {semantics!r}: one of {SEMANTICS}")
+    from fairseq_hybrid.parallel.placement import shard_bounds
+
+    cells = stage.cells[chunks]
+    mapping = layer_map(devices, stage.model.layers, balance)
+    plain = devices == 1 and chunks == 1
+    common = dict(output_bytes=cells.output_bytes, state_bytes=cells.state_bytes, link=link)
+    run_all = stage.cycle_overhead.get(devices, 0.0)
+    if semantics == "cpu-workers":
+        forward = simulate_pipeline(
+            cells.forward, mapping, cells.source_chunks, cells.target_chunks, "forward",
+            "serial" if plain else "cycle", cycle_overhead=0.0 if plain else run_all,
+            slowdown=slowdown, **common,
+        )
+        backward = simulate_pipeline(
+            cells.backward, mapping, cells.source_chunks, cells.target_chunks, "backward",
+            "serial" if devices == 1 else "cycle", cycle_overhead=0.0 if devices == 1 else run_all,
+            slowdown=slowdown, **common,
+        )
+    else:
+        forward = simulate_pipeline(cells.forward, mapping, cells.source_chunks,
+                                    cells.target_chunks, "forward", "dataflow", **common)
+        backward = simulate_pipeline(cells.backward, mapping, cells.source_chunks,
+                                     cells.target_chunks, "backward", "dataflow", **common)
+    # the head: sentences split into one shard per device
+    shards = [end - start for start, end in shard_bounds(stage.batch.sentences, devices)]
+    times = [stage.head_times(s) for s in shards if s > 0]
+    head_forward = max(f for f, _ in times)
+    head_backward = max(b for _, b in times)
+    if semantics == "cpu-workers" and devices > 1:
+        # fairseq_hybrid.parallel.head_shards: forward and backward of each shard on its worker,
+        # one run_all round trip each
+        shared = head_slowdown if head_slowdown is not None else slowdown
+        factor = (shared or {}).get(len(times), 1.0)
+        head_forward = head_forward * factor + run_all
+        head_backward = head_backward * factor + run_all
+    head_comm = 0.0
+    if semantics == "cuda" and devices > 1:
+        last = mapping[-1]
+        moved = sum(s for index, s in enumerate(shards) if index != last and s > 0)
+        # H and S shards out (forward) and their gradients back (backward), issued serially
+        head_comm += 2 * link.cost(moved * stage.head_input_bytes_per_sentence, count=2)
+        # replicate the head's parameters, reduce their gradients (pipelined broadcast)
+        head_comm += 2 * link.cost(stage.head_param_bytes)
+    # the optimizer step: one thread for CPU devices; on GPUs each device updates its own
+    # parameters concurrently (kernels launched asynchronously), so the busiest one counts
+    rest = stage.rest if semantics == "cpu-workers" else stage.rest * stage.rest_share(mapping)
+    parts = {
+        "embeddings_forward": stage.embed_forward,
+        "embeddings_backward": stage.embed_backward,
+        "pipeline_forward": forward,
+        "pipeline_backward": backward,
+        "head_forward": head_forward,
+        "head_backward": head_backward,
+        "head_transfers": head_comm,
+        "rest": rest,
+    }
+    parts["total"] = sum(parts.values())
+    return parts
+
+
+def predict_speedups(
+    stage: StageTimes, device_counts: Sequence[int], chunk_counts: Sequence[int],
+    semantics: str = "cpu-workers", link: Link = Link(),
+    slowdown: Optional[Mapping[int, float]] = None,
+    head_slowdown: Optional[Mapping[int, float]] = None,
+) -> Dict[Tuple[int, int], Dict[str, float]]:
+    """speedup(N, K) = step(1 device, K = 1) / step(N, K), with each step's parts."""
+    base = predict_step(stage, 1, 1, semantics, link)["total"]
+    out = {}
+    for n in device_counts:
+        for k in chunk_counts:
+            parts = predict_step(stage, n, k, semantics, link, slowdown=slowdown,
+                                 head_slowdown=head_slowdown)
+            out[(n, k)] = {**parts, "speedup": base / parts["total"]}
+    return out

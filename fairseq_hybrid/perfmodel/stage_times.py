@@ -1,0 +1,81 @@
+"""What one device's measurement yields and the simulator reads: per-cell forward and
+backward times for each chunk count (``CellTimes``) and every other stage of the step
+(``StageTimes``)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Sequence, Tuple
+
+from .sizes import BatchSize, Key, ModelSize
+
+
+@dataclass
+class CellTimes:
+    """One chunk count K on one device: per cell forward/backward seconds (median of the
+    repeats) and the bytes of each cell's output (what layer l+1 reads) and of one
+    layer's (h, c) state."""
+    chunks: int
+    source_chunks: int
+    target_chunks: int
+    layers: int
+    forward: Dict[Key, float]
+    backward: Dict[Key, float]
+    output_bytes: Dict[Key, int]
+    state_bytes: int
+
+    def cycles(self) -> List[List[Key]]:
+        from fairseq_hybrid.parallel.pipeline import clock_cycles
+
+        return [[(c.side, c.layer, c.chunk) for c in cycle]
+                for cycle in clock_cycles(self.source_chunks, self.target_chunks, self.layers)]
+
+
+@dataclass
+class StageTimes:
+    """Everything the simulator needs, measured on one device."""
+    model: ModelSize
+    batch: BatchSize
+    threads: int
+    repeats: int
+    cells: Dict[int, CellTimes]  # K -> cell times
+    embed_forward: float
+    embed_backward: float
+    head_forward: Dict[int, float]  # shard sentences -> seconds
+    head_backward: Dict[int, float]
+    head_param_bytes: int
+    head_input_bytes_per_sentence: int  # H and S rows one shard receives (and returns grads of)
+    rest: float  # gradient clipping + optimizer step
+    cycle_overhead: Dict[int, float]  # workers -> seconds per run_all round trip
+    device: str = "cpu"
+    # parameter bytes on the master device whatever the plan (embeddings, bridges, head)
+    # and of encoder + decoder layer l: how the optimizer step's work splits over devices
+    param_bytes_master: int = 0
+    param_bytes_layer: Tuple[int, ...] = ()
+
+    def rest_share(self, layer_device: Sequence[int]) -> float:
+        """The largest fraction of the parameters any one device holds (1 without counts)."""
+        total = self.param_bytes_master + sum(self.param_bytes_layer)
+        if not self.param_bytes_layer or total == 0:
+            return 1.0
+        per_device: Dict[int, int] = {0: self.param_bytes_master}
+        for layer, device in enumerate(layer_device):
+            per_device[device] = per_device.get(device, 0) + self.param_bytes_layer[layer]
+        return max(per_device.values()) / total
+
+    def head_times(self, sentences: int) -> Tuple[float, float]:
+        if sentences <= 0:
+            return 0.0, 0.0
+        if sentences in self.head_forward:
+            return self.head_forward[sentences], self.head_backward[sentences]
+        # linear interpolation between the nearest measured shard sizes
+        sizes = sorted(self.head_forward)
+        lower = max([s for s in sizes if s <= sentences], default=sizes[0])
+        upper = min([s for s in sizes if s >= sentences], default=sizes[-1])
+        if lower == upper:
+            scale = sentences / lower
+            return self.head_forward[lower] * scale, self.head_backward[lower] * scale
+        w = (sentences - lower) / (upper - lower)
+        return tuple(  # type: ignore[return-value]
+            (1 - w) * table[lower] + w * table[upper]
+            for table in (self.head_forward, self.head_backward)
+        )
