@@ -10,15 +10,11 @@ fairseq's tracebacks into one clear line naming the bad value, before any work s
   torch.cuda); bfloat16 (``--bf16``) works on the CPU.
 - ``check_state_dict``: a checkpoint of another architecture or with another dictionary
   size is named as such, with the offending parameter and shapes.
-- ``skip_overlong_interactive_input``: fairseq-interactive skips (with fairseq's warning)
-  a line longer than --max-source-positions instead of crashing on it.
 """
 from __future__ import annotations
 
 import glob
-import logging
 import os
-import sys
 from typing import Any, Mapping, Optional, Tuple
 
 import numpy as np
@@ -26,8 +22,6 @@ import torch
 from torch import Tensor
 
 from .errors import HybridConfigError
-
-logger = logging.getLogger(__name__)
 
 
 def check_data_dir(args: Any) -> None:
@@ -144,15 +138,3 @@ def check_state_dict(expected: Mapping[str, Tensor], given: Mapping[str, Tensor]
                 f"the checkpoint's {name} is {list(given_shape)}, this model's is "
                 f"{list(shape)}{hint}"
             )
-
-
-def skip_overlong_interactive_input(cfg: Any) -> None:
-    """In fairseq-interactive one over-long input line would end the whole session with
-    an exception; skip it instead (fairseq logs which). Batch tools keep failing loudly."""
-    if "interactive" not in os.path.basename(sys.argv[0] if sys.argv else ""):
-        return
-    dataset = getattr(cfg, "dataset", None)
-    if dataset is not None and not dataset.skip_invalid_size_inputs_valid_test:
-        dataset.skip_invalid_size_inputs_valid_test = True
-        logger.info("fairseq-interactive: lines longer than --max-source-positions are "
-                    "skipped with a warning")

@@ -1,7 +1,7 @@
 """``hybrid_cross_entropy``: the training criterion that runs the attention head itself.
 
 It asks the model for features only (H and the encoder output), then computes attention,
-combine, projection and the label-smoothed loss with ``loss.head_loss`` on target-token
+combine, projection and the label-smoothed loss with ``loss.chunked_head_loss`` on target-token
 chunks. Logging (loss, nll_loss, ppl, ntokens, nsentences, sample_size) is inherited from
 fairseq's ``label_smoothed_cross_entropy``, whose numbers it reproduces.
 """

@@ -21,7 +21,7 @@ from torch import Tensor
 from .encoder import EncoderOut, attention_in_source_order
 from .dropout import apply_mask
 from .head import AttentionHead
-from .layers import linear
+from .initialized_layers import linear
 from .lstm_stack import LSTMStack, State, layer_device, run_layer, to_device
 
 IncrementalState = Dict[str, Dict[str, Optional[Tensor]]]

@@ -17,7 +17,7 @@ from fairseq.modules import FairseqDropout
 from torch import Tensor
 
 from .dropout import apply_mask, dropout_mask
-from .layers import linear
+from .initialized_layers import linear
 
 
 class AttentionHead(nn.Module):

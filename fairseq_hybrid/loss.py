@@ -106,7 +106,7 @@ def selected_tokens(target: Tensor, padding_idx: int, ignore_prefix_size: int = 
     return selected
 
 
-def head_loss(
+def chunked_head_loss(
     head: AttentionHead,
     features: Tensor,
     encoder_out: EncoderOut,
@@ -152,7 +152,7 @@ def head_loss(
 
 @dataclass(frozen=True)
 class TokenLoss:
-    """``head_loss`` with the criterion's settings bound: what one head shard runs."""
+    """``chunked_head_loss`` with the criterion's settings bound: what one head shard runs."""
 
     padding_idx: int
     epsilon: float
@@ -168,7 +168,7 @@ class TokenLoss:
         self, head: AttentionHead, features: Tensor, encoder_out: EncoderOut, target: Tensor,
         combine_mask: Optional[Tensor] = None,
     ) -> HeadLoss:
-        return head_loss(
+        return chunked_head_loss(
             head, features, encoder_out, target, self.padding_idx, self.epsilon,
             self.chunk_tokens, self.features_are_combined, self.ignore_prefix_size,
             self.count_correct, combine_mask,

@@ -16,7 +16,7 @@ from torch import Tensor
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from .dropout import apply_mask, dropout_mask
-from .layers import lstm_layer
+from .initialized_layers import lstm_layer
 
 State = Tuple[Tensor, Tensor]  # (h, c), each batch x hidden
 

@@ -20,8 +20,7 @@ from fairseq.models import (
     register_model,
     register_model_architecture,
 )
-from .checks import (check_data_dir, check_precision, check_state_dict, check_training_sizes,
-                     skip_overlong_interactive_input)
+from .checks import check_data_dir, check_precision, check_state_dict, check_training_sizes
 from .config import (
     BASE_PRESET,
     HybridLSTMConfig,
@@ -33,8 +32,8 @@ from .decoder import DecoderDraws, HybridLSTMDecoder
 from .encoder import EncoderDraws, HybridLSTMEncoder
 from .parallel.engine import HybridEngine
 from .errors import HybridConfigError
-from .integration import adapt_fairseq_defaults
-from .layers import embedding
+from .integration import adapt_fairseq_defaults, skip_overlong_interactive_input
+from .initialized_layers import embedding
 from .parallel.placement import PlacementPlan, build_plan, check_plan_options
 
 MODEL_NAME = "hybrid_lstm"

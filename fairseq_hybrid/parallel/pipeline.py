@@ -1,6 +1,6 @@
 """The time-chunked wavefront pipeline over the stacked LSTM layers.
 
-The batch is split along time into chunks (encoder and decoder separately). Cell
+The batch is split along time into chunks (encoder and decoder separately). Schedule cell
 (layer l, chunk k) runs one fused ``nn.LSTM`` call (``lstm_stack.run_layer``) on its
 layer's device, starting from the state that cell (l, k-1) left, on the output of cell
 (l-1, k). Work is issued in clock cycles — encoder cell (l, k) in cycle l + k, decoder
@@ -52,7 +52,7 @@ def chunk_bounds(length: int, chunks: int) -> List[Span]:
 
 
 @dataclass(frozen=True)
-class Cell:
+class ScheduleCell:
     """One unit of the wavefront's schedule: layer ``layer`` of the encoder or decoder
     (``side``) over time chunk ``chunk``."""
 
@@ -65,13 +65,13 @@ class Cell:
         return (self.side, self.layer, self.chunk)
 
 
-def input_cell(cell: Cell) -> Optional["Key"]:
+def input_cell(cell: ScheduleCell) -> Optional["Key"]:
     """The cell whose output this cell reads: the layer below on the same chunk (none for
     layer 0, which reads the embeddings)."""
     return None if cell.layer == 0 else (cell.side, cell.layer - 1, cell.chunk)
 
 
-def state_cell(cell: Cell, source_chunks: int) -> Optional["Key"]:
+def state_cell(cell: ScheduleCell, source_chunks: int) -> Optional["Key"]:
     """The cell whose final state this cell continues from: its layer's previous chunk;
     for decoder chunk 0, the encoder layer's last chunk (through the bridge); for encoder
     chunk 0, none (zeros). With ``input_cell``, the wavefront's whole dependency rule:
@@ -83,15 +83,15 @@ def state_cell(cell: Cell, source_chunks: int) -> Optional["Key"]:
     return (ENCODER, cell.layer, source_chunks - 1)
 
 
-def clock_cycles(source_chunks: int, target_chunks: int, layers: int) -> List[List[Cell]]:
+def clock_cycles(source_chunks: int, target_chunks: int, layers: int) -> List[List[ScheduleCell]]:
     """The cells of each clock cycle, in order."""
-    cycles: Dict[int, List[Cell]] = {}
+    cycles: Dict[int, List[ScheduleCell]] = {}
     for layer in range(layers):
         for chunk in range(source_chunks):
-            cycles.setdefault(layer + chunk, []).append(Cell(ENCODER, layer, chunk))
+            cycles.setdefault(layer + chunk, []).append(ScheduleCell(ENCODER, layer, chunk))
         for chunk in range(target_chunks):
             cycles.setdefault(source_chunks + layer + chunk, []).append(
-                Cell(DECODER, layer, chunk)
+                ScheduleCell(DECODER, layer, chunk)
             )
     return [cycles[c] for c in sorted(cycles)]
 
@@ -212,7 +212,7 @@ class WavefrontPipeline:
         records: Dict[Key, CellRecord] = {}
         source_chunks = len(spans[ENCODER])
 
-        def cell_task(cell: Cell) -> Callable[[], CellRecord]:
+        def cell_task(cell: ScheduleCell) -> Callable[[], CellRecord]:
             stack = self.stacks[cell.side]
             device = self.plan.device_of_layer(cell.layer)
             start, end = spans[cell.side][cell.chunk]
@@ -356,7 +356,7 @@ def add_grads(a: Optional[Tensor], b: Optional[Tensor]) -> Optional[Tensor]:
     return b if a is None else a if b is None else a + b.to(a.device)
 
 
-def describe(cell: Cell) -> str:
+def describe(cell: ScheduleCell) -> str:
     return f"{cell.side} layer {cell.layer} chunk {cell.chunk}"
 
 

@@ -66,7 +66,7 @@ def _measure_cells(
 ) -> Tuple[Dict[Key, float], Dict[Key, float], Dict[Key, int], int, int, int]:
     """One forward + backward of every cell on one device, through the pipeline's own code."""
     from fairseq_hybrid.parallel.pipeline import (
-        DECODER, ENCODER, Cell, WavefrontPipeline, chunk_bounds, clock_cycles, describe,
+        DECODER, ENCODER, ScheduleCell, WavefrontPipeline, chunk_bounds, clock_cycles, describe,
     )
     from fairseq_hybrid.parallel.placement import build_plan
 
@@ -109,7 +109,7 @@ def _measure_cells(
     bridge = "backward of the bridge into decoder layer "
     for description, seconds in workers.records:
         if description.startswith(bridge):
-            cell = "backward of " + describe(Cell(DECODER, int(description[len(bridge):]), 0))
+            cell = "backward of " + describe(ScheduleCell(DECODER, int(description[len(bridge):]), 0))
             index = [name for name, _ in cell_records].index(cell)
             cell_records[index] = (cell, cell_records[index][1] + seconds)
         else:
@@ -152,7 +152,7 @@ def measure_concurrency(
     graph, as in training) of one shard of ``sentences / workers`` sentences (what the head
     shards run concurrently)."""
     from fairseq_hybrid.parallel.head_shards import ShardLoss
-    from fairseq_hybrid.layers import lstm_layer
+    from fairseq_hybrid.initialized_layers import lstm_layer
     from fairseq_hybrid.loss import TokenLoss
     from fairseq_hybrid.lstm_stack import run_layer
     from fairseq_hybrid.parallel.worker import DeviceWorkers

@@ -37,13 +37,13 @@ def _dependencies(
     """The cells whose results ``key`` needs: (cell, kind) with kind "output" (crosses from
     layer l-1 forward / l+1 backward) or "state" (same layer). The pipeline's own rule
     (``input_cell``, ``state_cell``); backward inverts it."""
-    from fairseq_hybrid.parallel.pipeline import Cell, clock_cycles, input_cell, state_cell
+    from fairseq_hybrid.parallel.pipeline import ScheduleCell, clock_cycles, input_cell, state_cell
 
-    def needs(cell: Cell) -> List[Tuple[Optional[Key], str]]:
+    def needs(cell: ScheduleCell) -> List[Tuple[Optional[Key], str]]:
         return [(input_cell(cell), "output"), (state_cell(cell, source_chunks), "state")]
 
     if direction == "forward":
-        return [(dep, kind) for dep, kind in needs(Cell(*key)) if dep is not None]
+        return [(dep, kind) for dep, kind in needs(ScheduleCell(*key)) if dep is not None]
     return [
         (other.key, kind)
         for cycle in clock_cycles(source_chunks, target_chunks, layers) for other in cycle
