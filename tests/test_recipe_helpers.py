@@ -2,6 +2,7 @@
 atomically; tokenized BLEU equals the perl reference procedure; sentencepiece training
 rejects bad values."""
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -141,3 +142,23 @@ def test_extract_matches_archive_members_after_normpath(tmp_path):
     proc = run("wmt_data.py", "extract", "a.tgz", "dev/x.en=out.en", "./dev/y.de=out.de", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out.en").read_bytes() == b"hello\n" and (tmp_path / "out.de").read_bytes() == b"hallo\n"
+
+
+@pytest.mark.parametrize("setting,message", [
+    ("TRAIN_MINUTES=0", "TRAIN_MINUTES='0': must be a number > 0"),
+    ("SPM_VOCAB=50", "SPM_VOCAB='50': must be an integer >= 100"),
+    ("MAX_TOKENS=lots", "MAX_TOKENS='lots': must be an integer >= 100"),
+    ("LR=-1", "LR='-1': must be a number >= 0"),
+    ("BEAM=0", "BEAM='0': must be an integer >= 1"),
+])
+def test_sample_recipe_checks_its_settings_like_the_wmt_recipes(tmp_path, setting, message):
+    """recipes/sample/run.sh and recipes/lib/wmt.sh share stage.sh's checks: one line,
+    before any work (nothing is created under WORK)."""
+    name, value = setting.split("=", 1)
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+               WORK=str(tmp_path / "work"), RESULTS=str(tmp_path / "results"), **{name: value})
+    proc = subprocess.run(["bash", str(REPO / "recipes/sample/run.sh")], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [f"error: {message}"]
+    assert not (tmp_path / "work").exists() and not (tmp_path / "results").exists()

@@ -39,6 +39,36 @@ require_done() {
   [ -f "$2/.done" ] || die "$1: $2 is not complete: run $3 first"
 }
 
+# require_int NAME... [-min N]: each setting NAME (a shell variable) is an integer >= N (1).
+require_int() {
+  local min=1 name value names=()
+  while [ $# -gt 0 ]; do
+    if [ "$1" = -min ]; then min=$2; shift 2; else names+=("$1"); shift; fi
+  done
+  for name in "${names[@]}"; do
+    value=${!name}
+    [[ $value =~ ^[0-9]+$ ]] && [ "$value" -ge "$min" ] || die "$name='$value': must be an integer >= $min"
+  done
+}
+
+# require_number NAME...: each setting NAME is a number >= 0 (digits, optionally a fraction).
+require_number() {
+  local name value
+  for name in "$@"; do
+    value=${!name}
+    [[ $value =~ ^[0-9]+([.][0-9]+)?$ ]] || die "$name='$value': must be a number >= 0"
+  done
+}
+
+# require_positive NAME...: each setting NAME is a number > 0.
+require_positive() {
+  local name value
+  for name in "$@"; do
+    value=${!name}
+    [[ $value =~ ^[0-9]+([.][0-9]+)?$ ]] && [[ $value =~ [1-9] ]] || die "$name='$value': must be a number > 0"
+  done
+}
+
 require_tool() {
   command -v "$1" >/dev/null 2>&1 || die "'$1' not found on PATH: run 'make install' and use .venv/bin (or 'make demo')"
 }

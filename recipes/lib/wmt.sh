@@ -67,16 +67,10 @@ wmt_validate() {
   local stage=$1 name value
   case " $WMT_STAGES all " in *" $stage "*) ;;
     *) die "unknown stage '$stage': use one of: $WMT_STAGES all" ;; esac
-  for name in RETRIES MAX_WORDS MAX_SUBWORDS SPM_VOCAB SPM_SAMPLE WORKERS MAX_TOKENS MAX_UPDATE \
-              SAVE_INTERVAL LOG_INTERVAL SEED AVG_N BEAM GEN_BATCH; do
-    value=${!name}
-    [[ $value =~ ^[0-9]+$ ]] && [ "$value" -ge 1 ] || die "$name='$value': must be an integer >= 1"
-  done
-  [ "$SPM_VOCAB" -ge 100 ] || die "SPM_VOCAB='$SPM_VOCAB': must be an integer >= 100"
-  for name in MAX_RATIO LR DROPOUT CLIP_NORM LABEL_SMOOTHING LENPEN MAX_LEN_A MAX_LEN_B; do
-    value=${!name}
-    [[ $value =~ ^[0-9]+([.][0-9]+)?$ ]] || die "$name='$value': must be a number >= 0"
-  done
+  require_int RETRIES MAX_WORDS MAX_SUBWORDS SPM_SAMPLE WORKERS MAX_TOKENS MAX_UPDATE \
+              SAVE_INTERVAL LOG_INTERVAL SEED AVG_N BEAM GEN_BATCH
+  require_int SPM_VOCAB -min 100
+  require_number MAX_RATIO LR DROPOUT CLIP_NORM LABEL_SMOOTHING LENPEN MAX_LEN_A MAX_LEN_B
   case "$ARCH" in hybrid_lstm_wmt_en_de|hybrid_lstm|lstm_luong_wmt_en_de|lstm) ;;
     *) die "ARCH='$ARCH': use hybrid_lstm_wmt_en_de (default), lstm_luong_wmt_en_de (the input-feeding baseline), hybrid_lstm or lstm" ;; esac
   case "$FRONTEND" in cli) ;;

@@ -37,17 +37,12 @@ case "$FRONTEND" in cli) TRAIN_TOOL=fairseq-train ;; hydra) TRAIN_TOOL=fairseq-h
   *) die "FRONTEND='$FRONTEND': use cli (fairseq-train) or hydra (fairseq-hydra-train)" ;;
 esac
 for tool in python fairseq-preprocess "$TRAIN_TOOL" fairseq-generate; do require_tool "$tool"; done
-python - "$TRAIN_MINUTES" "$SPM_VOCAB" "$MAX_TOKENS" <<'PY' || exit 1
-import sys
-minutes, vocab, tokens = sys.argv[1:4]
-try:
-    assert float(minutes) > 0
-except (ValueError, AssertionError):
-    sys.exit(f"error: TRAIN_MINUTES={minutes!r} must be a number > 0")
-for name, value in (("SPM_VOCAB", vocab), ("MAX_TOKENS", tokens)):
-    if not value.isdigit() or int(value) < 100:
-        sys.exit(f"error: {name}={value!r} must be an integer >= 100")
-PY
+# the same one-line checks as the WMT recipes (recipes/lib/stage.sh), before any work
+require_positive TRAIN_MINUTES
+require_int SPM_VOCAB MAX_TOKENS -min 100
+require_int BEAM
+require_int SEED -min 0
+require_number LR DROPOUT
 
 spm_stage() {
   local out=$WORK/spm
