@@ -163,6 +163,7 @@ same_lines() {
 prepare_stage() {
   local out=$DATA_DIR/raw entry urls=() fetch=() url i=0 name sha
   stage_needed prepare "$out" || return 0
+  log "prepare: $(stage_plan prepare)"
   mapfile -t urls < <(all_urls)
   for url in "${urls[@]}"; do fetch+=("$(source_url "$url")"); done
   python "$LIB/wmt_data.py" probe --checksums "$CHECKSUMS" --downloads "$DOWNLOADS" \
@@ -213,7 +214,7 @@ clean_stage() {
   require_done clean "$raw" "the prepare stage"
   need_space "$DATA_DIR" $((2 * $(dir_bytes "$raw"))) clean
   local tmp; tmp=$(stage_begin "$out")
-  log "clean: normalising punctuation; dropping empty pairs, > $MAX_WORDS words, length ratio > $MAX_RATIO, duplicates"
+  log "clean: $(stage_plan clean)"
   python "$LIB/clean.py" text --filter --src "$raw/train.en" --tgt "$raw/train.de" --out-prefix "$tmp/train" \
     --max-words "$MAX_WORDS" --max-ratio "$MAX_RATIO" --stats "$tmp/train.stats.json" --what "clean train"
   same_lines clean "$tmp/train.en" "$tmp/train.de"
@@ -234,7 +235,7 @@ spm_stage() {
   require_done spm "$in" "the clean stage"
   need_space "$DATA_DIR" $((2 * $(dir_bytes "$in"))) spm
   local tmp; tmp=$(stage_begin "$out")
-  log "spm: training a joint ${SPM_VOCAB}-piece model on up to $SPM_SAMPLE sampled sentences of train.en + train.de"
+  log "spm: $(stage_plan spm)"
   python "$LIB/spm.py" train --vocab "$SPM_VOCAB" --model-prefix "$tmp/spm" --sample-size "$SPM_SAMPLE" \
     --threads "$WORKERS" "$in/train.en" "$in/train.de"
   local pids=() split lang pid
@@ -262,7 +263,7 @@ binarize_stage() {
   require_done binarize "$in" "the spm stage"
   need_space "$DATA_DIR" $((2 * $(dir_bytes "$in"))) binarize
   local tmp; tmp=$(stage_begin "$out")
-  log "binarize: fairseq-preprocess --joined-dictionary --workers $WORKERS"
+  log "binarize: $(stage_plan binarize)"
   # a second test set becomes fairseq's subset test1
   fairseq-preprocess --source-lang en --target-lang de \
     --trainpref "$in/train" --validpref "$in/valid" --testpref "$in/test${TEST_FILTERED:+,$in/test_filtered}" \
@@ -398,41 +399,54 @@ score_stage() {
   done
 }
 
+# What each stage does, in one line: the stage logs it when it starts and DRY_RUN=1 prints it.
+stage_plan() {
+  case $1 in
+    prepare) echo "download (resumable, sha256 or md5 from $CHECKSUMS) and extract the corpora" ;;
+    clean) echo "sacremoses punctuation normalisation, non-printing characters to spaces; drop empty pairs, > $MAX_WORDS words, length ratio > $MAX_RATIO, duplicates" ;;
+    spm) echo "sentencepiece: a joint $SPM_VOCAB-piece model on up to $SPM_SAMPLE sampled sentences of train.en + train.de; drop pairs > $MAX_SUBWORDS subwords" ;;
+    binarize) echo "fairseq-preprocess --joined-dictionary --workers $WORKERS" ;;
+    train)
+      if [ "$FRONTEND" = hydra ]; then
+        echo "fairseq-hydra-train --config-name hybrid_lstm_wmt_en_de model._name=$ARCH model.hybrid_devices='$DEVICES' dataset.max_tokens=$MAX_TOKENS optimization.max_update=$MAX_UPDATE -> $SAVE_DIR"
+      else
+        local env; env=$(device_env train)
+        echo "${env:+$env }fairseq-train --arch $ARCH $(device_args train) --max-tokens $MAX_TOKENS --max-update $MAX_UPDATE -> $SAVE_DIR"
+      fi ;;
+    generate) echo "fairseq-generate --beam $BEAM, $CHECKPOINT checkpoint -> $GEN_DIR" ;;
+    score) echo "sacreBLEU (detokenized) and tokenized BLEU with compound splitting -> $(for split in $(test_splits); do result_json "$split"; done | paste -sd' ')" ;;
+  esac
+}
+
 plan_status() { if [ -f "$1/.done" ] && [ "${FORCE:-0}" != 1 ]; then echo "done, would skip"; else echo "would run"; fi; }
 
 dry_run() {
-  local stage=$1 stages=$1 url name sha size entry
+  local stage=$1 stages=$1 url name sha size entry status
   [ "$stage" = all ] && stages=$WMT_STAGES
   echo "DRY_RUN: plan for $RECIPE (nothing is done), DATA_DIR=$DATA_DIR"
   for stage in $stages; do
     case $stage in
-      prepare)
-        echo "prepare   [$(plan_status "$DATA_DIR/raw")] download (resumable, sha256 or md5 from $CHECKSUMS), extract:"
-        for url in $(all_urls); do
-          name=${url##*/}
-          read -r sha size < <(awk -F'\t' -v n="$name" '$1 == n {print $2, $3}' "$CHECKSUMS")
-          case $sha in md5:*) ;; *) sha=${sha:+sha256:$sha} ;; esac
-          printf '            %s  (%s bytes, %s)\n' "$url" "${size:-?}" "${sha:-MISSING}"
-          [ -n "$MIRROR" ] && printf '              fetched from %s\n' "$(source_url "$url")"
-        done
-        for entry in "${CORPORA[@]}"; do set -- $entry; echo "            train: $1 <- ${2##*/}: $3, $4"; done
-        set -- $DEV; echo "            valid: $1 <- ${2##*/}: $3, $4"
-        set -- $TEST; echo "            test:  $1 <- ${2##*/}: $3, $4"
-        if [ -n "$TEST_FILTERED" ]; then set -- $TEST_FILTERED; echo "            test:  $1 <- ${2##*/}: $3, $4"; fi
-        [ -n "$BT_EN" ] && echo "            train: back-translation <- $BT_EN, $BT_DE"
-        ;;
-      clean) echo "clean     [$(plan_status "$DATA_DIR/clean")] sacremoses punctuation normalisation, non-printing characters to spaces; drop empty, > $MAX_WORDS words, ratio > $MAX_RATIO, duplicates" ;;
-      spm) echo "spm       [$(plan_status "$DATA_DIR/spm")] sentencepiece joint $SPM_VOCAB pieces on <= $SPM_SAMPLE sentences; drop pairs > $MAX_SUBWORDS subwords" ;;
-      binarize) echo "binarize  [$(plan_status "$DATA_DIR/bin")] fairseq-preprocess --joined-dictionary --workers $WORKERS" ;;
-      train)
-        if [ "$FRONTEND" = hydra ]; then
-          echo "train     [$(plan_status "$SAVE_DIR")] fairseq-hydra-train --config-name hybrid_lstm_wmt_en_de model._name=$ARCH model.hybrid_devices='$DEVICES' dataset.max_tokens=$MAX_TOKENS optimization.max_update=$MAX_UPDATE -> $SAVE_DIR"
-        else
-          echo "train     [$(plan_status "$SAVE_DIR")] $(device_env train) fairseq-train --arch $ARCH $(device_args train) --max-tokens $MAX_TOKENS --max-update $MAX_UPDATE -> $SAVE_DIR"
-        fi ;;
-      generate) echo "generate  [$(plan_status "$GEN_DIR")] fairseq-generate --beam $BEAM, $CHECKPOINT checkpoint -> $GEN_DIR" ;;
-      score) echo "score     sacreBLEU + tokenized BLEU -> $(for split in $(test_splits); do result_json "$split"; done | paste -sd' ')" ;;
+      prepare) status=$(plan_status "$DATA_DIR/raw") ;;
+      clean|spm|binarize) status=$(plan_status "$DATA_DIR/$([ "$stage" = binarize ] && echo bin || echo "$stage")") ;;
+      train) status=$(plan_status "$SAVE_DIR") ;;
+      generate) status=$(plan_status "$GEN_DIR") ;;
+      score) status="would run" ;;
     esac
+    printf '%-9s [%s] %s\n' "$stage" "$status" "$(stage_plan "$stage")"
+    if [ "$stage" = prepare ]; then   # the files, and which corpus each split comes from
+      for url in $(all_urls); do
+        name=${url##*/}
+        read -r sha size < <(awk -F'\t' -v n="$name" '$1 == n {print $2, $3}' "$CHECKSUMS")
+        case $sha in md5:*) ;; *) sha=${sha:+sha256:$sha} ;; esac
+        printf '            %s  (%s bytes, %s)\n' "$url" "${size:-?}" "${sha:-MISSING}"
+        [ -n "$MIRROR" ] && printf '              fetched from %s\n' "$(source_url "$url")"
+      done
+      for entry in "${CORPORA[@]}"; do set -- $entry; echo "            train: $1 <- ${2##*/}: $3, $4"; done
+      set -- $DEV; echo "            valid: $1 <- ${2##*/}: $3, $4"
+      set -- $TEST; echo "            test:  $1 <- ${2##*/}: $3, $4"
+      if [ -n "$TEST_FILTERED" ]; then set -- $TEST_FILTERED; echo "            test:  $1 <- ${2##*/}: $3, $4"; fi
+      [ -n "$BT_EN" ] && echo "            train: back-translation <- $BT_EN, $BT_DE"
+    fi
   done
 }
 
