@@ -1,3 +1,5 @@
+"""Test-wide setup: the test helpers (cli.py, helpers.py) and the repository root are importable;
+fixtures shared by several test modules."""
 import os
 import sys
 
