@@ -41,12 +41,21 @@ def read_lines(path: str) -> list[str]:
         return [line.rstrip("\n").replace("\r", " ").rstrip(" ") for line in handle]
 
 
-def detokenized_scores(hypotheses: list[str], references: list[str]) -> tuple:
-    """sacreBLEU (13a, mixed case) and chrF with their metrics (for the signatures)."""
+def detokenized_scores(hypotheses: list[str], references: list[str],
+                       bleu_key: str = "bleu") -> tuple[dict, list[str]]:
+    """sacreBLEU (13a, mixed case) and chrF: their result fields (score, signature, and
+    BLEU's detail, BLEU under ``bleu_key``) and the lines to print."""
     bleu_metric, chrf_metric = sacrebleu.BLEU(), sacrebleu.CHRF()
     bleu = bleu_metric.corpus_score(hypotheses, [references])
     chrf = chrf_metric.corpus_score(hypotheses, [references])
-    return bleu, bleu_metric, chrf, chrf_metric
+    fields = {
+        bleu_key: round(bleu.score, 2),
+        f"{bleu_key}_signature": str(bleu_metric.get_signature()),
+        f"{bleu_key}_detail": str(bleu),
+        "chrf": round(chrf.score, 2),
+        "chrf_signature": str(chrf_metric.get_signature()),
+    }
+    return fields, [f"{bleu}  ({bleu_metric.get_signature()})", f"{chrf}  ({chrf_metric.get_signature()})"]
 
 
 def write_json(path: str, payload: dict) -> None:
@@ -70,13 +79,9 @@ def main() -> None:
 
     references = read_lines(args.reference)
     hypotheses = read_hypotheses(args.generate_output, len(references))
-    bleu, bleu_metric, chrf, chrf_metric = detokenized_scores(hypotheses, references)
+    scores, printed = detokenized_scores(hypotheses, references)
     payload = {
-        "bleu": round(bleu.score, 2),
-        "bleu_signature": str(bleu_metric.get_signature()),
-        "bleu_detail": str(bleu),
-        "chrf": round(chrf.score, 2),
-        "chrf_signature": str(chrf_metric.get_signature()),
+        **scores,
         "sentences": len(references),
         **json.loads(args.extra),
     }
@@ -85,8 +90,7 @@ def main() -> None:
         sources = read_lines(args.source)
         for i in range(min(args.show, len(references))):
             print(f"  SRC: {sources[i]}\n  REF: {references[i]}\n  HYP: {hypotheses[i]}\n")
-    print(f"{bleu}  ({bleu_metric.get_signature()})")
-    print(f"{chrf}  ({chrf_metric.get_signature()})")
+    print("\n".join(printed))
     print(f"wrote {args.json}")
 
 

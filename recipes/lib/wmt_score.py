@@ -52,16 +52,12 @@ def main() -> None:
 
     references = read_lines(args.reference)
     hypotheses = read_hypotheses(args.generate_output, len(references))
-    bleu, bleu_metric, chrf, chrf_metric = detokenized_scores(hypotheses, references)
+    scores, printed = detokenized_scores(hypotheses, references, bleu_key="sacrebleu")
     tok_metric = sacrebleu.BLEU(tokenize="none", smooth_method="none", force=True)
     tok_bleu = tok_metric.corpus_score(tokenize_for_bleu(hypotheses, args.lang),
                                        [tokenize_for_bleu(references, args.lang)])
     payload = {
-        "sacrebleu": round(bleu.score, 2),
-        "sacrebleu_signature": str(bleu_metric.get_signature()),
-        "sacrebleu_detail": str(bleu),
-        "chrf": round(chrf.score, 2),
-        "chrf_signature": str(chrf_metric.get_signature()),
+        **scores,
         "tokenized_bleu": round(tok_bleu.score, 2),
         "tokenized_bleu_detail": str(tok_bleu),
         "tokenized_bleu_method": f"sacremoses tokenizer -l {args.lang}, compound splitting "
@@ -70,8 +66,8 @@ def main() -> None:
         **json.loads(args.extra),
     }
     write_json(args.json, payload)
-    print(f"sacreBLEU {bleu}  ({bleu_metric.get_signature()})")
-    print(f"chrF {chrf}  ({chrf_metric.get_signature()})")
+    print("sacreBLEU " + printed[0])
+    print("chrF " + printed[1])
     print(f"tokenized BLEU (compound split) = {tok_bleu.score:.2f}  {tok_bleu}")
     print(f"wrote {args.json}")
 
