@@ -91,12 +91,14 @@ class HybridLSTMConfig(FairseqDataclass):
         },
     )
     # fairseq already defines --pipeline-chunks (default 0, for --pipeline-model-parallel);
-    # this field shares its value. 0 = automatic: 1 on one device, else 2 x devices.
+    # this field shares its value (``--pipeline-chunks auto`` parses to 0, see
+    # fairseq_patches). 0 = automatic: 1 on one device, else the K the performance model
+    # predicts fastest, measured on the first batch (parallel/auto_chunks.py).
     pipeline_chunks: Optional[int] = field(
         default=0,
         metadata={
-            "help": "training only: time chunks per batch for the layer pipeline "
-            "(0 = 1 on one device, else 2 x devices)"
+            "help": "training only: time chunks per batch for the layer pipeline, or auto "
+            "(0 = auto: 1 on one device, else measured and chosen before the first update)"
         },
     )
     hybrid_balance: Optional[str] = field(

@@ -23,6 +23,11 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
   trained on. The wrapper returns the dropped sentences as a last, smaller batch.
   ``FairseqDataset.batch_by_size`` (train, valid, generate, interactive) looks the function
   up on the module at each call, so replacing the module attribute reaches all of them.
+- ``pipeline_chunks_auto``: ``--pipeline-chunks`` is fairseq's own integer option (the
+  model shares it); it also takes ``auto`` (read as 0, fairseq's default, which hybrid_lstm
+  takes as "chosen by the performance model" on several devices). fairseq's
+  ``get_parser`` imports the ``--user-dir`` before it builds the parser, so wrapping
+  ``options.add_distributed_training_args`` reaches fairseq-train's parser.
 """
 from __future__ import annotations
 
@@ -175,9 +180,53 @@ def keep_last_batch() -> None:
     data_utils.batch_by_size = batch_by_size
 
 
+# ------------------------------------------------------------------ --pipeline-chunks auto
+CHUNKS_HELP = ("time chunks per batch for hybrid_lstm's layer pipeline: an integer >= 1, or "
+               "auto (the default on several devices: measured and chosen before the first "
+               "update); also fairseq's microbatch count for --pipeline-model-parallel")
+
+
+def chunks_argument(text: str) -> int:
+    """``--pipeline-chunks``'s value: ``auto`` is 0 (unset: automatic), else an integer
+    (values below 1 are refused by the placement checks, which name the option)."""
+    value = text.strip().lower()
+    if value == "auto":
+        return 0
+    try:
+        return int(value)
+    except ValueError:
+        raise HybridConfigError(
+            f"--pipeline-chunks {text!r} is not allowed: an integer >= 1 (1 = no time chunking) "
+            "or auto"
+        ) from None
+
+
+def pipeline_chunks_auto() -> None:
+    """Wrap ``fairseq.options.add_distributed_training_args`` (once) so the parsers it
+    builds accept ``--pipeline-chunks auto``."""
+    from fairseq import options
+
+    original = options.add_distributed_training_args
+    if getattr(original, "_hybrid_auto_chunks", False):
+        return
+
+    @functools.wraps(original)
+    def add_distributed_training_args(parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> Any:
+        group = original(parser, *args, **kwargs)
+        action = parser._option_string_actions.get("--pipeline-chunks")
+        if action is not None:
+            action.type = chunks_argument
+            action.help = CHUNKS_HELP
+        return group
+
+    add_distributed_training_args._hybrid_auto_chunks = True
+    options.add_distributed_training_args = add_distributed_training_args
+
+
 def apply() -> None:
     """Install every patch above (each is idempotent)."""
     allow_fairseq_checkpoints()
     readable_checkpoints()
     atomic_checkpoint_copies()
     keep_last_batch()
+    pipeline_chunks_auto()

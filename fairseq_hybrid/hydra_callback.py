@@ -81,6 +81,8 @@ def prepare_run_config(config: DictConfig, overrides: Sequence[str]) -> None:
     try:
         with open_dict(config):
             default_user_dir(config.common)
+        with open_dict(config):
+            normalise_pipeline_chunks(config)
         add_defaults(config)  # merges the model's (and task's, criterion's ...) dataclasses
         apply_preset(config.model, model_name(config))
         check_run_config(config, overrides)
@@ -124,6 +126,22 @@ def check_run_config(config: DictConfig, overrides: Sequence[str]) -> None:
     validate_criterion_args(flat)
     cuda_devices = sum(1 for device in set(plan.devices) if device.type == "cuda")
     adapt_fairseq_config(config, cuda_devices, explicit_options(config, overrides))
+
+
+def normalise_pipeline_chunks(config: DictConfig) -> None:
+    """``model.pipeline_chunks=auto`` (or a number Hydra read as text) becomes the integer
+    the model's option holds: auto is 0, as for fairseq-train's ``--pipeline-chunks auto``."""
+    from .fairseq_patches import chunks_argument
+
+    model = config.get("model")
+    if isinstance(model, DictConfig) and isinstance(model.get("pipeline_chunks"), str):
+        try:
+            model.pipeline_chunks = chunks_argument(model.pipeline_chunks)
+        except HybridConfigError:
+            raise HybridConfigError(
+                f"model.pipeline_chunks {model.pipeline_chunks!r} is not allowed: an integer "
+                ">= 1 (1 = no time chunking) or auto"
+            ) from None
 
 
 def check_pipeline_chunks(config: DictConfig) -> None:

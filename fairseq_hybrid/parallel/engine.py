@@ -16,6 +16,7 @@ Generation never uses the engine: it runs the plain model on one device.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Optional, Tuple
 
 import torch.nn as nn
@@ -57,6 +58,8 @@ class HybridEngine:
         ``forward(..., features_only=True)`` gives them."""
         master = self.plan.master
         src_tokens, prev_output_tokens = src_tokens.to(master), prev_output_tokens.to(master)
+        if self.plan.auto_chunks and self.plan.chunk_choice is None:
+            self.choose_chunks(src_tokens, src_lengths, prev_output_tokens)
         if self.plain:
             features, extra = self.model(
                 src_tokens, src_lengths, prev_output_tokens, features_only=True
@@ -81,6 +84,18 @@ class HybridEngine:
             features, _ = self.model.decoder.extract_features(prev_output_tokens, encoder_out)
             return features, encoder_out
         return out.decoder_top.transpose(0, 1), encoder_out
+
+    def choose_chunks(self, src_tokens: Tensor, src_lengths: Tensor, prev_output_tokens: Tensor) -> None:
+        """``--pipeline-chunks auto``: measure this batch's cells on the devices, take the
+        K the performance model predicts fastest, and log it with the candidates."""
+        from .auto_chunks import choose_for_batch
+
+        choice = choose_for_batch(self.model, self.plan, self.workers, src_tokens, src_lengths,
+                                  prev_output_tokens)
+        self.plan = replace(self.plan, chunks=choice.chunks, chunk_choice=choice)
+        self.pipeline = WavefrontPipeline.for_model(self.model, self.plan, self.workers)
+        self.model.place(self.plan)  # the model keeps the plan it was placed with
+        logger.info("\n" + self.plan.table())
 
     # ------------------------------------------------------- data parallel
     def head_loss(

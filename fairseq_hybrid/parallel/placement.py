@@ -11,7 +11,7 @@ device i; embeddings, bridges and the master head on device 0; a head replica pe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -21,6 +21,7 @@ DEVICES_OPTION = "--hybrid-devices"
 REPEAT_OPTION = "--hybrid-allow-repeated-devices"
 BALANCE_OPTION = "--hybrid-balance"
 CHUNKS_OPTION = "--pipeline-chunks"
+AUTO = "auto"  # --pipeline-chunks auto: chosen by the performance model (auto_chunks.py)
 
 
 def default_device() -> torch.device:
@@ -105,6 +106,10 @@ class PlacementPlan:
     layer_device: Tuple[int, ...]  # device index (into ``devices``) of layer l, enc and dec
     chunks: int
     split_head: bool = True  # False: the head runs on device 0 for every sentence
+    # --pipeline-chunks auto on several devices: ``chunks`` is provisional until the engine
+    # has measured the first batch (``auto_chunks``) and set ``chunk_choice``
+    auto_chunks: bool = False
+    chunk_choice: Optional[Any] = None  # perfmodel.chunk_choice.ChunkChoice
 
     @property
     def head_devices(self) -> int:
@@ -128,8 +133,12 @@ class PlacementPlan:
         return self.devices[self.layer_device[layer]]
 
     def table(self) -> str:
+        chunks = f"{self.chunks} pipeline chunk(s)"
+        if self.auto_chunks:
+            chunks = ("pipeline chunks: auto (measured before the first update)"
+                      if self.chunk_choice is None else chunks + " (auto)")
         lines = [
-            f"hybrid placement: {self.num_devices} device(s), {self.chunks} pipeline chunk(s)",
+            f"hybrid placement: {self.num_devices} device(s), {chunks}",
             f"  {'#':>2}  {'device':<8} {'encoder layers':<15} {'decoder layers':<15} other",
         ]
         for index, device in enumerate(self.devices):
@@ -142,20 +151,24 @@ class PlacementPlan:
             lines.append(
                 f"  {index:>2}  {str(device):<8} {names:<15} {names:<15} {', '.join(other) or '-'}"
             )
+        if self.chunk_choice is not None:
+            lines += ["  " + line for line in self.chunk_choice.lines()]
         return "\n".join(lines)
 
 
 def default_chunks(num_devices: int) -> int:
     """1 on one device (chunking only adds work there); else 2 per device, which keeps
     the wavefront's fill-and-drain idle time at most (N-1)/(5N-1) < 20% of the cycles
-    while each (layer, chunk) call stays long enough to keep a device busy."""
+    while each (layer, chunk) call stays long enough to keep a device busy. With several
+    devices this is only the provisional K of ``--pipeline-chunks auto`` (the engine
+    replaces it with the measured choice before the first update)."""
     return 1 if num_devices == 1 else 2 * num_devices
 
 
 def build_plan(
     devices_spec: Optional[str],
     balance_spec: Optional[str],
-    chunks: Optional[int],
+    chunks: Union[None, int, str],
     encoder_layers: int,
     decoder_layers: int,
     split_head: bool = True,
@@ -169,15 +182,20 @@ def build_plan(
             f"{encoder_layers} encoder / {decoder_layers} decoder layers: every device needs "
             f"a layer, so use at most {num_layers}"
         )
-    if chunks is None or chunks == 0:  # 0 is fairseq's default for its --pipeline-chunks
+    # unset (None, or 0: fairseq's default for its --pipeline-chunks) or "auto": 1 on one
+    # device (chunking only adds work there), else chosen by the model on the first batch
+    auto = chunks is None or chunks == 0 or chunks == AUTO
+    if auto:
         chunks = default_chunks(len(devices))
     if not isinstance(chunks, int) or chunks < 1:
         raise HybridConfigError(
-            f"{CHUNKS_OPTION} {chunks!r} is not allowed: an integer >= 1 (1 = no time chunking)"
+            f"{CHUNKS_OPTION} {chunks!r} is not allowed: an integer >= 1 (1 = no time chunking) "
+            f"or {AUTO}"
         )
     counts = parse_balance(balance_spec, len(devices), num_layers)
     layer_device = tuple(index for index, count in enumerate(counts) for _ in range(count))
-    return PlacementPlan(tuple(devices), layer_device, chunks, split_head)
+    return PlacementPlan(tuple(devices), layer_device, chunks, split_head,
+                         auto_chunks=auto and len(devices) > 1)
 
 
 def check_plan_options(cfg, argv: Optional[Sequence[str]] = None) -> PlacementPlan:

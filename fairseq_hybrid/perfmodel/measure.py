@@ -9,115 +9,36 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Sequence, Tuple
 
 import torch
 
+from .cell_timing import TimingWorkers, device_clock, time_cells
 from .sizes import BatchSize, Key, ModelSize, build_model, synthetic_sample
 from .stage_times import CellTimes, StageTimes
-
-
-def device_clock(device: torch.device) -> Callable[[], float]:
-    """``time.perf_counter`` after the device has finished its queued work (CUDA kernels
-    run asynchronously; CPU work is done when the call returns)."""
-    if device.type == "cuda":
-        def now() -> float:
-            torch.cuda.synchronize(device)
-            return time.perf_counter()
-        return now
-    return time.perf_counter
-
-
-class TimingWorkers:
-    """Stands in for ``worker.DeviceWorkers``: runs each task inline on the calling thread
-    (one device) and records its wall time, in issue order."""
-
-    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
-        self.records: List[Tuple[str, float]] = []
-        self.clock = clock
-
-    def run_all(self, tasks: Sequence[Tuple[int, str, Callable[[], Any]]],
-                inline_device: Optional[torch.device] = None) -> List[Any]:
-        results = []
-        for _, description, fn in tasks:
-            start = self.clock()
-            results.append(fn())
-            self.records.append((description, self.clock() - start))
-        return results
 
 
 def median(values: Iterable[float]) -> float:
     return float(statistics.median(list(values)))
 
 
-def _check_issue_order(records: Sequence[Tuple[str, float]], expected: Sequence[str]) -> None:
-    """The pipeline issued one task per cell, in clock-cycle order (else the timings
-    would be attributed to the wrong cells)."""
-    issued = [description for description, _ in records]
-    if issued != list(expected):
-        raise RuntimeError(
-            "pipeline_model: the pipeline's tasks no longer match clock_cycles order "
-            f"(first issued: {issued[:3]}, expected: {list(expected)[:3]})"
-        )
-
-
 def _measure_cells(
     model: Any, sample: dict, chunks: int, device: torch.device,
 ) -> Tuple[Dict[Key, float], Dict[Key, float], Dict[Key, int], int, int, int]:
     """One forward + backward of every cell on one device, through the pipeline's own code."""
-    from fairseq_hybrid.parallel.pipeline import (
-        DECODER, ENCODER, ScheduleCell, WavefrontPipeline, chunk_bounds, clock_cycles, describe,
-    )
+    from fairseq_hybrid.parallel.pipeline import DECODER, ENCODER
     from fairseq_hybrid.parallel.placement import build_plan
 
     layers = model.encoder.num_layers
     plan = build_plan(str(device), None, chunks, layers, layers)
-    workers = TimingWorkers(device_clock(device))
-    pipeline = WavefrontPipeline.for_model(model, plan, workers)
     net = sample["net_input"]
     with torch.no_grad():
         draws = model.draw_step(net["src_tokens"], net["prev_output_tokens"])
-    source, target = draws.encoder.source, draws.decoder.target
     masks = {ENCODER: draws.encoder.masks, DECODER: draws.decoder.masks}
-    source.requires_grad_(True)
-    target.requires_grad_(True)
-    spans = {ENCODER: chunk_bounds(source.size(0), chunks),
-             DECODER: chunk_bounds(target.size(0), chunks)}
-    lengths = net["src_lengths"].cpu()
-    with torch.enable_grad():
-        outputs, states, records = pipeline.forward_cells(source, lengths, target, spans, masks)
-    cycles = clock_cycles(len(spans[ENCODER]), len(spans[DECODER]), layers)
-    order: List[Key] = [(c.side, c.layer, c.chunk) for cycle in cycles for c in cycle]
-    _check_issue_order(workers.records, [describe(c) for cycle in cycles for c in cycle])
-    forward = {key: seconds for key, (_, seconds) in zip(order, workers.records)}
-    output_bytes = {key: out.numel() * out.element_size() for key, out in outputs.items()}
-    some_state = next(iter(states.values()))
-    state_bytes = sum(t.numel() * t.element_size() for t in some_state)
-    workers.records.clear()
-    top = layers - 1
-    top_grads = {
-        ENCODER: torch.randn(source.size(0), source.size(1), outputs[(ENCODER, top, 0)].size(-1),
-                             device=device),
-        DECODER: torch.randn(target.size(0), target.size(1), outputs[(DECODER, top, 0)].size(-1),
-                             device=device),
-    }
-    pipeline.backward_cells(records, spans, top_grads, [(None, None)] * layers)
-    reverse_order = [(c.side, c.layer, c.chunk) for cycle in reversed(cycles) for c in cycle]
-    # a bridge's backward (sizes differ) runs on device 0 right after its decoder layer's
-    # chunk 0: counted as part of that cell
-    cell_records: List[Tuple[str, float]] = []
-    bridge = "backward of the bridge into decoder layer "
-    for description, seconds in workers.records:
-        if description.startswith(bridge):
-            cell = "backward of " + describe(ScheduleCell(DECODER, int(description[len(bridge):]), 0))
-            index = [name for name, _ in cell_records].index(cell)
-            cell_records[index] = (cell, cell_records[index][1] + seconds)
-        else:
-            cell_records.append((description, seconds))
-    _check_issue_order(cell_records,
-                       ["backward of " + describe(c) for cycle in reversed(cycles) for c in cycle])
-    backward = {key: seconds for key, (_, seconds) in zip(reverse_order, cell_records)}
-    return forward, backward, output_bytes, state_bytes, len(spans[ENCODER]), len(spans[DECODER])
+    timing = time_cells(model, plan, TimingWorkers(device_clock(device)), draws.encoder.source,
+                        net["src_lengths"], draws.decoder.target, masks)
+    return (timing.forward, timing.backward, timing.output_bytes, timing.state_bytes,
+            timing.source_chunks, timing.target_chunks)
 
 
 def _measure_run_all(workers: int, repeats: int = 200) -> float:

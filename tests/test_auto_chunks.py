@@ -1,0 +1,146 @@
+"""``--pipeline-chunks auto``: the fit of each cell's per-chunk overhead and per-step cost,
+the choice of K by the performance model (driven here by hand-made costs, so it is
+deterministic), the parsing of ``auto``, and that the measurement before the first update
+leaves the numbers exactly as an explicit K gives them."""
+import logging
+
+import pytest
+import torch
+
+from fairseq_hybrid.errors import HybridConfigError
+from fairseq_hybrid.fairseq_patches import chunks_argument
+from fairseq_hybrid.parallel.placement import build_plan
+from fairseq_hybrid.perfmodel.chunk_choice import (
+    LinearCost, cell_times_for, choose_chunks, fit_cell_costs, fit_linear,
+)
+from helpers import loss_and_grads, make_batch, make_dictionary, make_model, make_task, random_lengths
+
+
+def uniform_costs(layers: int, overhead: float, per_step: float, backward_factor: float = 2.0):
+    return {(side, layer, direction): LinearCost(overhead * (backward_factor if direction == "backward" else 1),
+                                                 per_step * (backward_factor if direction == "backward" else 1))
+            for side in ("encoder", "decoder") for layer in range(layers)
+            for direction in ("forward", "backward")}
+
+
+def test_fit_recovers_a_line_and_never_goes_negative():
+    points = [(steps, 0.004 + 0.0005 * steps) for steps in (1, 2, 3, 25)]
+    fit = fit_linear(points)
+    assert fit.overhead_s == pytest.approx(0.004) and fit.per_step_s == pytest.approx(0.0005)
+    # a decreasing cloud (noise) is not a negative cost
+    noisy = fit_linear([(1, 0.01), (10, 0.002)])
+    assert noisy.overhead_s >= 0 and noisy.per_step_s >= 0
+
+
+def test_cell_costs_fitted_from_two_chunk_counts_predict_a_third():
+    truth = uniform_costs(2, overhead=0.003, per_step=0.0007)
+    cells = {k: cell_times_for(truth, k, 25, 23, 2) for k in (1, 16)}
+    fitted = fit_cell_costs(cells, 25, 23)
+    predicted, expected = cell_times_for(fitted, 4, 25, 23, 2), cell_times_for(truth, 4, 25, 23, 2)
+    for key, seconds in expected.forward.items():
+        assert predicted.forward[key] == pytest.approx(seconds)
+        assert predicted.backward[key] == pytest.approx(expected.backward[key])
+
+
+@pytest.mark.parametrize("semantics", ["cpu-workers", "cuda"])
+def test_a_larger_per_chunk_overhead_lowers_k(semantics):
+    layer_device = (0, 1, 2, 3)
+    chosen = [choose_chunks(uniform_costs(4, overhead, 0.001), 30, 30, layer_device, semantics).chunks
+              for overhead in (0.0, 0.002, 0.01, 0.2)]
+    assert chosen == sorted(chosen, reverse=True) and chosen[0] > chosen[-1] == 1, chosen
+
+
+def test_a_larger_barrier_cost_per_cycle_lowers_k():
+    costs = uniform_costs(2, 0.0005, 0.001)
+    cheap = choose_chunks(costs, 30, 30, (0, 1), "cpu-workers", cycle_overhead=0.0)
+    dear = choose_chunks(costs, 30, 30, (0, 1), "cpu-workers", cycle_overhead=0.05)
+    assert dear.chunks < cheap.chunks
+    # every candidate is reported with its prediction, and the choice is the fastest
+    assert min(cheap.predicted_s, key=cheap.predicted_s.get) == cheap.chunks
+    assert set(cheap.predicted_s) == {1, 2, 3, 4, 6, 8, 12, 16}
+
+
+def test_one_device_never_chunks():
+    choice = choose_chunks(uniform_costs(2, 0.001, 0.001), 30, 30, (0, 0), "cpu-workers")
+    assert choice.chunks == 1
+    assert build_plan("cpu", None, "auto", 2, 2).chunks == 1
+    assert not build_plan("cpu", None, 0, 2, 2).auto_chunks
+    assert build_plan("cpu,cpu", None, 0, 2, 2).auto_chunks
+    assert not build_plan("cpu,cpu", None, 3, 2, 2).auto_chunks
+
+
+def test_pipeline_chunks_argument():
+    assert chunks_argument("auto") == 0 and chunks_argument("AUTO") == 0
+    assert chunks_argument("4") == 4
+    with pytest.raises(HybridConfigError, match=r"--pipeline-chunks 'four' is not allowed: an integer >= 1 .* or auto"):
+        chunks_argument("four")
+
+
+def test_fairseq_training_parser_accepts_auto():
+    from fairseq import options
+
+    # fairseq's own lstm: the option is fairseq's, and parsing checks no data directory
+    for value, parsed in (("auto", 0), ("3", 3)):
+        args = options.parse_args_and_arch(options.get_training_parser(),
+                                           ["data", "--arch", "lstm", "--pipeline-chunks", value])
+        assert args.pipeline_chunks == parsed
+
+
+def test_auto_measures_chooses_logs_and_gives_the_numbers_of_that_k(caplog):
+    dictionary = make_dictionary()
+    model = make_model(dictionary, dtype=torch.float64, dropout=0.3).train()
+    batch = make_batch(dictionary, random_lengths(12, seed=4, max_len=14), seed=4)
+    batch["ntokens"] = int(batch["target"].ne(dictionary.pad()).sum())
+    from fairseq_hybrid.criterion import HybridCrossEntropyCriterion
+
+    criterion = HybridCrossEntropyCriterion(make_task(dictionary), False, 0.1)
+    try:
+        torch.manual_seed(7)
+        model.configure_parallel(hybrid_devices="cpu,cpu", pipeline_chunks="auto")
+        with caplog.at_level(logging.INFO, logger="fairseq_hybrid"):
+            auto = loss_and_grads(criterion, model, batch)
+        after_auto = torch.get_rng_state()
+        plan = model.hybrid_engine().plan
+        choice = plan.chunk_choice
+        assert choice is not None and plan.chunks == choice.chunks in choice.predicted_s
+        assert choice.measured_s > 0 and choice.probes[0] == 1
+        assert f"2 device(s), {plan.chunks} pipeline chunk(s) (auto)" in caplog.text
+        assert "<- chosen" in caplog.text
+        torch.manual_seed(7)
+        model.configure_parallel(pipeline_chunks=plan.chunks)
+        explicit = loss_and_grads(criterion, model, batch)
+        assert torch.equal(torch.get_rng_state(), after_auto)  # the measurement drew nothing
+    finally:
+        model.close_engine()
+    assert auto[0].item() == explicit[0].item()
+    assert auto[3].keys() == explicit[3].keys()
+    for name, grad in auto[3].items():
+        assert torch.equal(grad, explicit[3][name]), name
+
+
+@pytest.mark.slow  # end to end through fairseq-train
+def test_fairseq_train_auto_equals_the_k_it_chose_update_for_update(tmp_path):
+    import re
+
+    from cli import model_args, prepared_sample, run_tool, train_args, train_losses
+
+    data = prepared_sample(tmp_path, train=300, valid=20, test=10)
+
+    def train(name, *chunks):
+        args = train_args(data / "bin", model_args(32, 2, "--dropout", "0.3"), "--hybrid-devices", "cpu,cpu",
+                          "--max-update", "8", "--log-format", "json", "--log-interval", "1",
+                          "--seed", "3", "--no-save", *chunks, save_dir=tmp_path / name)
+        proc = run_tool("fairseq-train", args, cwd=data)
+        return proc.stdout + proc.stderr
+
+    auto = train("auto", "--pipeline-chunks", "auto")
+    match = re.search(r"2 device\(s\), (\d+) pipeline chunk\(s\) \(auto\)", auto)
+    assert match, auto[-3000:]
+    assert re.search(r"pipeline chunks: \d+, chosen by the performance model from [\d.]+ s", auto)
+    explicit = train("explicit", "--pipeline-chunks", match.group(1))
+    assert f"2 device(s), {match.group(1)} pipeline chunk(s)\n" in explicit
+    losses = train_losses(auto)
+    assert sorted(losses) == list(range(1, 9))
+    assert losses == train_losses(explicit)
+    # several devices and no --pipeline-chunks: auto is the default
+    assert "(auto)" in train("default")
