@@ -277,3 +277,22 @@ def test_sample_recipe_trains_through_hydra(data, tmp_path):
 def test_recipe_frontend_settings_checked(env, message, tmp_path):
     proc = recipe("wmt14_en_de/run.sh", "train", {"DATA_DIR": str(tmp_path), "GPUS": "cpu", **env})
     assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith(message), proc.stderr
+
+
+def test_pipeline_chunks_auto_is_a_value_of_the_configs_key():
+    """The configs' default, and an override, ``auto`` become the model option's 0 (auto)
+    before fairseq merges the model's dataclass; a bad value is one line."""
+    from omegaconf import open_dict
+
+    from fairseq_hybrid.errors import HybridConfigError
+    from fairseq_hybrid.hydra_callback import normalise_pipeline_chunks
+
+    for overrides, expected in (([], 0), (["model.pipeline_chunks=auto"], 0), (["model.pipeline_chunks=5"], 5)):
+        cfg = composed("hybrid_lstm", ["task.data=x", *overrides])
+        with open_dict(cfg):
+            normalise_pipeline_chunks(cfg)
+        assert cfg.model.pipeline_chunks == expected, overrides
+    cfg = composed("hybrid_lstm", ["task.data=x", "model.pipeline_chunks=many"])
+    with pytest.raises(HybridConfigError, match="model.pipeline_chunks 'many' is not allowed: an integer >= 1"):
+        with open_dict(cfg):
+            normalise_pipeline_chunks(cfg)
