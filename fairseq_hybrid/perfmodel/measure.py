@@ -141,6 +141,28 @@ def measure_stage_times(
     """Measure the stage times of ``size`` on ``batch`` on one ``device`` ("cpu": this
     machine's CPU with ``threads`` torch threads, the thread count of one CPU device
     worker; or e.g. "cuda:0", timed with ``torch.cuda.synchronize``)."""
+    model, task = build_model(size)
+    sample = synthetic_sample(task.target_dictionary, batch)
+    return measure_model_stage_times(model, task.target_dictionary, sample, size, batch, chunk_counts,
+                                     device_counts, repeats, threads, progress, device)
+
+
+def measure_model_stage_times(
+    model: Any,
+    dictionary: Any,
+    sample: dict,
+    size: ModelSize,
+    batch: BatchSize,
+    chunk_counts: Sequence[int],
+    device_counts: Sequence[int],
+    repeats: int = 3,
+    threads: int = 1,
+    progress: Callable[[str], None] = lambda message: None,
+    device: str = "cpu",
+) -> StageTimes:
+    """``measure_stage_times`` of a given ``HybridLSTMModel`` (train mode) on a given
+    collated ``sample`` of ``batch``'s shape (a real batch, padding and all: the advisor's),
+    moved to ``device``. On CUDA, ``StageTimes.peak_bytes`` is the device's peak."""
     from fairseq_hybrid.parallel.head_shards import ShardLoss
     from fairseq_hybrid.loss import TokenLoss
 
@@ -150,16 +172,16 @@ def measure_stage_times(
         dev = torch.device(device)
         if dev.type == "cuda" and dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(dev)
         now = device_clock(dev)
-        model, task = build_model(size)
         model = model.to(dev)
-        dictionary = task.target_dictionary
-        sample = synthetic_sample(dictionary, batch)
-        sample["target"] = sample["target"].to(dev)
+        sample = dict(sample, target=sample["target"].to(dev),
+                      net_input={name: value.to(dev) if name != "src_lengths" else value
+                                 for name, value in sample["net_input"].items()})
         net = sample["net_input"]
-        for name in ("src_tokens", "prev_output_tokens"):
-            net[name] = net[name].to(dev)
         encoder, decoder = model.encoder, model.decoder
+        features_dim = size.decoder_hidden or size.hidden
 
         # --- cells, every K, interleaved over the repeats (one warm-up round first)
         samples: Dict[int, List[Tuple[Dict[Key, float], Dict[Key, float]]]] = {k: [] for k in chunk_counts}
@@ -202,7 +224,7 @@ def measure_stage_times(
         module = ShardLoss(decoder.head, loss_fn)
         shard_sizes = sorted({math.ceil(batch.sentences / n) for n in device_counts}
                              | {batch.sentences})
-        features_all = torch.randn(batch.sentences, batch.target_len, size.hidden, device=dev)
+        features_all = torch.randn(batch.sentences, batch.target_len, features_dim, device=dev)
         sources_all = torch.randn(batch.sentences, batch.source_len, size.hidden, device=dev)
         padding_all = torch.zeros(batch.sentences, batch.source_len, dtype=torch.bool, device=dev)
         head_f: Dict[int, List[float]] = {s: [] for s in shard_sizes}
@@ -227,7 +249,7 @@ def measure_stage_times(
         progress("head")
         head_params = sum(p.numel() * p.element_size() for p in decoder.head.parameters())
         element = features_all.element_size()
-        head_input = (batch.target_len + batch.source_len) * size.hidden * element
+        head_input = (batch.target_len * features_dim + batch.source_len * size.hidden) * element
 
         # --- the rest: gradient clipping + Adam step over every parameter
         params = [p for p in model.parameters() if p.requires_grad]
@@ -258,6 +280,7 @@ def measure_stage_times(
             {s: median(v) for s, v in head_f.items()}, {s: median(v) for s, v in head_b.items()},
             head_params, head_input, median(rest), overhead, str(dev),
             total_bytes - sum(layer_bytes), layer_bytes,
+            torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else 0,
         )
     finally:
         torch.set_num_threads(saved_threads)

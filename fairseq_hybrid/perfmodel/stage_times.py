@@ -51,6 +51,7 @@ class StageTimes:
     # and of encoder + decoder layer l: how the optimizer step's work splits over devices
     param_bytes_master: int = 0
     param_bytes_layer: Tuple[int, ...] = ()
+    peak_bytes: int = 0  # the device's peak memory during the measurement (CUDA; 0 elsewhere)
 
     def rest_share(self, layer_device: Sequence[int]) -> float:
         """The largest fraction of the parameters any one device holds (1 without counts)."""
