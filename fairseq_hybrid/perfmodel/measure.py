@@ -236,8 +236,8 @@ def measure_model_stage_times(
                 sources = sources_all[:shard].clone().requires_grad_(True)
                 target = sample["target"][:shard]
                 start = now()
-                mask = decoder.head.combine_mask(
-                    (shard * batch.target_len, decoder.head.combined_dim), features
+                mask = decoder.head.combine_mask(  # over the tokens the loss selects (not padding)
+                    (int(loss_fn.selection(target).sum()), decoder.head.combined_dim), features
                 )
                 result = module(features, sources, padding_all[:shard], target, mask)
                 middle = now()

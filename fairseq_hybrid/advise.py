@@ -1,0 +1,232 @@
+"""``python -m fairseq_hybrid.advise``: what to run before a long training. Takes the data
+directory and the same options as ``fairseq-train`` (parsed by fairseq's own parser, with
+the plugin's parse-time checks), measures the real model on real batches of the training
+split on the first device (a short measurement, per-cell and per-stage), and recommends
+``--pipeline-chunks``, ``--hybrid-balance``, ``--max-tokens``, the device count and the
+data-parallel replica count from the performance model (``perfmodel.recommend``), each with
+its predicted target tokens/s. It then times a few real steps of the recommended
+configuration on the given devices to report the model's error there, prints the table and
+the ``fairseq-train`` command line with the choices filled in, and writes the report as
+JSON (atomically).
+
+    python -m fairseq_hybrid.advise data-bin/my-en-de --user-dir fairseq_hybrid \\
+        --arch hybrid_lstm --hybrid-devices cpu,cpu --max-tokens 4000 --link-gbps 10
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import sys
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from .advice_report import REPLICA_LIMIT, command_line, format_report, recommendation_rows
+from .errors import HybridConfigError
+from .jsonio import write_json_atomic
+from .parallel.auto_chunks import probe_chunks
+from .parallel.placement import PlacementPlan, check_plan_options
+from .parallel.worker import cpu_threads_per_worker
+from .perfmodel.measure import measure_model_stage_times
+from .perfmodel.recommend import (
+    batch_knee, best_balance, best_chunks, device_knee, memory_limit, replica_knee,
+    with_fitted_cells,
+)
+from .perfmodel.sizes import BatchSize, Link, ModelSize
+from .perfmodel.stage_times import StageTimes
+
+logger = logging.getLogger(__name__)
+# between the devices of one machine (the cuda schedule's transfers); CPU devices share memory
+GPU_LINK = Link(10e9, 20e-6)
+SWEEP = (0.25, 0.5, 1, 2, 4)  # --max-tokens tried, as multiples of the given one
+CHECK_STEPS = 3  # real steps timed for the model's error (after one warm-up step)
+
+
+def add_advisor_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("advisor (python -m fairseq_hybrid.advise)")
+    group.add_argument("--link-gbps", type=float, default=10.0,
+                       help="bandwidth between machines in Gbit/s, for the data-parallel "
+                            "replica count (default 10)")
+    group.add_argument("--link-latency-us", type=float, default=50.0,
+                       help="latency of one all-reduce message between machines (default 50)")
+    group.add_argument("--advice-json", default="advice.json",
+                       help="where to write the report (default advice.json)")
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    from fairseq import options
+
+    parser = options.get_training_parser()
+    add_advisor_args(parser)
+    args = options.parse_args_and_arch(parser, list(argv))
+    if getattr(args, "arch", None) is None or "hybrid_lstm" not in args.arch:
+        raise HybridConfigError(f"--arch {getattr(args, 'arch', None)!r}: the advisor needs "
+                                "hybrid_lstm or one of its presets")
+    if not args.link_gbps > 0:
+        raise HybridConfigError(f"--link-gbps {args.link_gbps!r} is not allowed: a number > 0")
+    if args.max_tokens is None:
+        raise HybridConfigError("--max-tokens is required: the batch size to start the sweep from")
+    return args
+
+
+def load_task_and_model(args: argparse.Namespace) -> Tuple[Any, Any, Any]:
+    from fairseq import tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    task.load_dataset(cfg.dataset.train_subset, combine=False, epoch=1)
+    torch.manual_seed(cfg.common.seed)
+    model = task.build_model(cfg.model).float().train()
+    criterion = task.build_criterion(cfg.criterion)
+    return task, model, criterion
+
+
+def representative_batch(dataset: Any, max_tokens: int, args: argparse.Namespace) -> dict:
+    """The batch of median target tokens among the training split's batches at
+    ``max_tokens`` (fairseq's own batching), collated."""
+    indices = dataset.ordered_indices()
+    indices, _ = dataset.filter_indices_by_size(
+        indices, (args.max_source_positions, args.max_target_positions))
+    batches = dataset.batch_by_size(indices, max_tokens=max_tokens, max_sentences=args.batch_size,
+                                    required_batch_size_multiple=args.required_batch_size_multiple)
+    tokens = [int(np.sum(dataset.tgt_sizes[b])) for b in batches]
+    median_batch = batches[int(np.argsort(tokens)[len(tokens) // 2])]
+    return dataset.collater([dataset[int(i)] for i in median_batch])
+
+
+def model_size(model: Any, vocab: int) -> ModelSize:
+    return ModelSize(model.encoder.num_layers, model.encoder.hidden_size,
+                     model.encoder.embed_tokens.embedding_dim, vocab,
+                     decoder_hidden=model.decoder.hidden_size)
+
+
+def measure_batch(model: Any, task: Any, sample: dict, plan: PlacementPlan, threads: int) -> StageTimes:
+    """Stage times of ``sample`` on the plan's first device (cells at two chunk counts,
+    extended to every candidate by the fit)."""
+    src, tgt = sample["net_input"]["src_tokens"], sample["net_input"]["prev_output_tokens"]
+    batch = BatchSize(src.size(0), src.size(1), tgt.size(1))
+    layers = model.encoder.num_layers
+    stage = measure_model_stage_times(
+        model, task.target_dictionary, sample, model_size(model, len(task.target_dictionary)), batch,
+        probe_chunks(batch.source_len, batch.target_len), list(range(1, layers + 1)), repeats=1,
+        threads=threads, device=str(plan.devices[0]))
+    return with_fitted_cells(stage)
+
+
+def time_real_steps(model: Any, criterion: Any, sample: dict, devices: str, chunks: int,
+                    balance: Optional[str], steps: int = CHECK_STEPS) -> float:
+    """Median seconds of ``steps`` real training steps (forward, backward, clip, Adam)
+    through the engine on ``devices``, after one warm-up step."""
+    model.configure_parallel(hybrid_devices=devices, pipeline_chunks=chunks, hybrid_balance=balance)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(params, lr=1e-9)
+    samples: List[float] = []
+    try:
+        for index in range(steps + 1):
+            start = time.perf_counter()
+            model.zero_grad(set_to_none=True)
+            loss, _, _ = criterion(model, sample)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            for device in model.hybrid_engine().plan.devices:
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+            if index > 0:
+                samples.append(time.perf_counter() - start)
+    finally:
+        model.close_engine()
+    return statistics.median(samples)
+
+
+def advise(args: argparse.Namespace, progress=lambda message: None) -> Dict[str, Any]:
+    started = time.perf_counter()
+    plan = check_plan_options(args, argv=[])
+    devices = args.hybrid_devices or str(plan.devices[0])
+    semantics = "cuda" if any(d.type == "cuda" for d in plan.devices) else "cpu-workers"
+    link = GPU_LINK if semantics == "cuda" else Link()
+    threads = cpu_threads_per_worker(sum(1 for d in plan.devices if d.type == "cpu"))
+    task, model, criterion = load_task_and_model(args)
+    dataset = task.dataset(args.train_subset)
+    longest = int(max(np.max(dataset.src_sizes), np.max(dataset.tgt_sizes)))
+    given = args.max_tokens
+    sweep = sorted({int(given * f) for f in SWEEP if int(given * f) >= longest} | {given})
+    progress(f"loaded {len(dataset)} training pairs; --max-tokens sweep {sweep}")
+
+    stages: Dict[int, StageTimes] = {}
+    samples: Dict[int, dict] = {}
+    for max_tokens in sweep:
+        samples[max_tokens] = representative_batch(dataset, max_tokens, args)
+        stages[max_tokens] = measure_batch(model, task, samples[max_tokens], plan, threads)
+        progress(f"measured --max-tokens {max_tokens}")
+    n = plan.num_devices
+
+    def tokens_of(max_tokens: int) -> int:
+        return int(samples[max_tokens]["ntokens"])
+
+    at_given = {m: best_balance(stages[m], n, semantics, link, tokens_of(m))[0] for m in sweep}
+    throughput = {m: p.tokens_per_s for m, p in at_given.items()}
+    knee = batch_knee(throughput)
+    stage = stages[given]
+    balanced, is_even = best_balance(stage, n, semantics, link, tokens_of(given))
+    capacity = 0
+    if plan.devices[0].type == "cuda":
+        capacity = torch.cuda.get_device_properties(plan.devices[0]).total_memory
+    fits = memory_limit({m: s.peak_bytes for m, s in stages.items()}, capacity)
+    by_devices = {count: best_chunks(stage, count, semantics, link, tokens=tokens_of(given))
+                  for count in range(1, model.encoder.num_layers + 1)}
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    replicas = replica_knee(balanced, grad_bytes, args.link_gbps, args.link_latency_us * 1e-6,
+                            limit=REPLICA_LIMIT)
+
+    progress(f"timing {CHECK_STEPS} real steps of the recommendation on {devices}")
+    measured_step = time_real_steps(model, criterion, samples[given], devices, balanced.chunks,
+                                    None if is_even else balanced.balance)
+    report: Dict[str, Any] = {
+        "what": "python -m fairseq_hybrid.advise: recommendations of the performance model "
+                "from stage times measured on this machine",
+        "devices": devices, "semantics": semantics, "measured_on": str(plan.devices[0]),
+        "threads_per_cpu_device": threads, "torch": torch.__version__,
+        "given_max_tokens": given, "link_gbps": args.link_gbps,
+        "link_latency_us": args.link_latency_us, "gradient_bytes": grad_bytes,
+        "sweep": [{"max_tokens": m, "batch_sentences": stages[m].batch.sentences,
+                   "batch_target_tokens": tokens_of(m), "chunks": at_given[m].chunks,
+                   "predicted_step_s": round(at_given[m].step_s, 5),
+                   "predicted_tokens_per_s": round(throughput[m], 1),
+                   "peak_bytes": stages[m].peak_bytes} for m in sweep],
+        "by_devices": [{"devices": c, "chunks": p.chunks, "predicted_step_s": round(p.step_s, 5),
+                        "predicted_tokens_per_s": round(p.tokens_per_s, 1)}
+                       for c, p in by_devices.items()],
+        "check": {"devices": devices, "chunks": balanced.chunks, "max_tokens": given,
+                  "predicted_step_s": round(balanced.step_s, 5),
+                  "measured_step_s": round(measured_step, 5),
+                  "error": round((balanced.step_s - measured_step) / measured_step, 4)},
+    }
+    report["recommendations"] = recommendation_rows(
+        report, balanced, is_even, knee, throughput, fits, capacity, device_knee(by_devices),
+        by_devices, replicas, n)
+    report["command"] = command_line(args.advisor_argv, report["recommendations"])
+    report["elapsed_s"] = round(time.perf_counter() - started, 1)
+    report["load_average"] = list(os.getloadavg())
+    report["cores"] = os.cpu_count()
+    return report
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(format="%(message)s", level=logging.WARNING, stream=sys.stderr)
+    args = parse(argv)
+    args.advisor_argv = argv
+    report = advise(args, progress=lambda m: print(f"  .. {m}", file=sys.stderr, flush=True))
+    print(format_report(report))
+    write_json_atomic(report, args.advice_json)
+    print(f"wrote {args.advice_json}")
+
+
+if __name__ == "__main__":
+    main()
