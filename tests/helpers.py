@@ -70,3 +70,34 @@ def loss_and_grads(criterion, model, batch):
     loss.backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     return loss.detach(), sample_size, logging, grads
+
+
+# ---- comparing the hybrid engine with the plain model
+def use_devices(model, devices: str, chunks: int, balance=None, head_on_master=False):
+    """Train ``model`` on ``devices`` with ``chunks`` time chunks from now on."""
+    model.configure_parallel(hybrid_devices=devices, pipeline_chunks=chunks,
+                             hybrid_balance=balance, hybrid_head_on_master=head_on_master)
+    return model
+
+
+def assert_same(actual, expected, rtol, atol):
+    """Loss, nll and every gradient of ``loss_and_grads`` results agree."""
+    loss, _, logging, grads = actual
+    ref_loss, _, ref_logging, ref_grads = expected
+    assert grads.keys() == ref_grads.keys()
+    torch.testing.assert_close(loss, ref_loss, rtol=rtol, atol=0)
+    torch.testing.assert_close(logging["nll_loss"], ref_logging["nll_loss"], rtol=rtol, atol=0)
+    assert logging["ntokens"] == ref_logging["ntokens"]
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, ref_grads[name], rtol=rtol, atol=atol,
+                                   msg=lambda m: f"{name}: {m}")
+
+
+def setup(dtype, seed, sentences=9, **model_options):
+    """A 4+4-layer model in train mode and a random batch of ``sentences`` sentences."""
+    dictionary = make_dictionary()
+    model = make_model(dictionary, dtype=dtype, encoder_layers=4, decoder_layers=4,
+                       **model_options).train()
+    batch = make_batch(dictionary, random_lengths(sentences, seed=seed, max_len=12), seed=seed)
+    batch["ntokens"] = int(batch["target"].ne(dictionary.pad()).sum())
+    return dictionary, make_task(dictionary), model, batch

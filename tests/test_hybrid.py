@@ -6,37 +6,10 @@ import torch
 from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 
 from fairseq_hybrid.criterion import HybridCrossEntropyCriterion
-from helpers import loss_and_grads, make_batch, make_dictionary, make_model, make_task, random_lengths
+from helpers import (assert_same, loss_and_grads, setup, use_devices)
 
 
 pytestmark = pytest.mark.usefixtures("full_precision_reference")
-
-
-def use_devices(model, devices: str, chunks: int, balance=None, head_on_master=False):
-    model.configure_parallel(hybrid_devices=devices, pipeline_chunks=chunks,
-                             hybrid_balance=balance, hybrid_head_on_master=head_on_master)
-    return model
-
-
-def assert_same(actual, expected, rtol, atol):
-    loss, _, logging, grads = actual
-    ref_loss, _, ref_logging, ref_grads = expected
-    assert grads.keys() == ref_grads.keys()
-    torch.testing.assert_close(loss, ref_loss, rtol=rtol, atol=0)
-    torch.testing.assert_close(logging["nll_loss"], ref_logging["nll_loss"], rtol=rtol, atol=0)
-    assert logging["ntokens"] == ref_logging["ntokens"]
-    for name, grad in grads.items():
-        torch.testing.assert_close(grad, ref_grads[name], rtol=rtol, atol=atol,
-                                   msg=lambda m: f"{name}: {m}")
-
-
-def setup(dtype, seed, sentences=9, **model_options):
-    dictionary = make_dictionary()
-    model = make_model(dictionary, dtype=dtype, encoder_layers=4, decoder_layers=4,
-                       **model_options).train()
-    batch = make_batch(dictionary, random_lengths(sentences, seed=seed, max_len=12), seed=seed)
-    batch["ntokens"] = int(batch["target"].ne(dictionary.pad()).sum())
-    return dictionary, make_task(dictionary), model, batch
 
 
 @pytest.mark.parametrize("chunks", [1, 2, 3, 4, 5])

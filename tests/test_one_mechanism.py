@@ -16,8 +16,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEn
 from fairseq_hybrid.parallel import head_shards, pipeline
 from fairseq_hybrid.criterion import HybridCrossEntropyCriterion
 from fairseq_hybrid.parallel.worker import DeviceWorkers
-from test_hybrid import assert_same, setup, use_devices
-from helpers import loss_and_grads
+from helpers import assert_same, loss_and_grads, setup, use_devices
 
 pytestmark = pytest.mark.usefixtures("full_precision_reference")
 

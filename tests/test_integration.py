@@ -1,0 +1,23 @@
+"""fairseq's command-line defaults adapted to one process driving several devices
+(fairseq_hybrid/integration.py)."""
+from types import SimpleNamespace
+
+import pytest
+
+from fairseq_hybrid.errors import HybridConfigError
+from fairseq_hybrid.integration import adapt_fairseq_defaults, explicit_option
+
+
+def test_fairseq_defaults_are_adapted_for_one_process_many_devices():
+    assert explicit_option("--ddp-backend", ["x", "--ddp-backend=no_c10d"]) == "no_c10d"
+    assert explicit_option("--ddp-backend", ["x"]) is None
+    args = SimpleNamespace(distributed_world_size=4, ddp_backend="pytorch_ddp", bf16=False,
+                           fp16=True, fp16_no_flatten_grads=False)
+    adapt_fairseq_defaults(args, cuda_devices=4, argv=["data"])
+    assert (args.distributed_world_size, args.ddp_backend) == (1, "legacy_ddp")
+    assert args.fp16_no_flatten_grads
+    args = SimpleNamespace(distributed_world_size=2, ddp_backend="legacy_ddp", bf16=False)
+    adapt_fairseq_defaults(args, cuda_devices=4, argv=["--distributed-world-size", "2", "--ddp-backend", "legacy_ddp"])
+    assert (args.distributed_world_size, args.ddp_backend) == (2, "legacy_ddp")
+    with pytest.raises(HybridConfigError, match="--ddp-backend pytorch_ddp is not allowed"):
+        adapt_fairseq_defaults(SimpleNamespace(ddp_backend="pytorch_ddp"), 1, ["--ddp-backend", "pytorch_ddp"])

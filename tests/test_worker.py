@@ -1,0 +1,42 @@
+"""One worker thread per device (fairseq_hybrid/parallel/worker.py): tasks run on their
+device's thread, and a failure reaches the caller with its traceback, nothing hanging."""
+import threading
+
+import pytest
+import torch
+
+from fairseq_hybrid.parallel.worker import DeviceWorkers, WorkerError
+
+
+def test_worker_failure_reaches_the_caller_and_nothing_hangs():
+    workers = DeviceWorkers([torch.device("cpu"), torch.device("cpu")])
+    names = workers.run_all([(0, "a", lambda: threading.current_thread().name),
+                             (1, "b", lambda: threading.current_thread().name)])
+    assert names[0] != names[1]
+
+    def boom():
+        raise ValueError("bad shape 7")
+
+    with pytest.raises(WorkerError, match=r"layer 3 failed on worker 1 \(cpu\): ValueError: bad shape 7") as error:
+        workers.run_all([(0, "fine", lambda: 1), (1, "layer 3", boom)])
+    assert isinstance(error.value.__cause__, ValueError)
+    assert error.value.__cause__.__traceback__ is not None
+    assert workers.run_all([(1, "after", lambda: 42)]) == [42]  # the worker still serves
+    workers.close()
+
+
+def test_worker_failure_inside_training_propagates():
+    from fairseq_hybrid.criterion import HybridCrossEntropyCriterion
+    from helpers import make_batch, make_dictionary, make_model, make_task, random_lengths
+
+    dictionary = make_dictionary()
+    model = make_model(dictionary, encoder_layers=2, decoder_layers=2)
+    model.placement_options = {"hybrid_devices": "cpu,cpu", "pipeline_chunks": 2}
+    batch = make_batch(dictionary, random_lengths(4, seed=2))
+    batch["ntokens"] = int(batch["target"].ne(dictionary.pad()).sum())
+    criterion = HybridCrossEntropyCriterion(make_task(dictionary), False, 0.0)
+    criterion(model, batch)
+    layer = model.decoder.stack.layers[1]
+    layer.weight_ih_l0.data = layer.weight_ih_l0.data[:, :3]  # a broken layer
+    with pytest.raises(WorkerError, match="decoder layer 1 chunk 0 failed on worker 1"):
+        criterion(model, batch)
