@@ -2,10 +2,11 @@
 
 Worker threads apply dropout to their chunks and shards, but every random draw happens
 here, on the thread that runs the model, in the order the plain single-device model makes
-them, over whole tensors (a chunk or shard uses its slice). So a run's numbers depend on
-the seed only — not on the number of devices, the number of time chunks, or which worker
-thread happened to run first — and CPU devices, which share one random generator, are
-reproducible.
+them (``HybridLSTMModel.draw_step``), over whole tensors (a chunk or shard uses its slice).
+So a run's numbers depend on the seed only — not on the number of time chunks or on which
+worker thread happened to run first. CPU devices share one random generator, so there the
+numbers also equal the single-device run's; each GPU has its own generator and a layer's
+masks are drawn on its device, so on several GPUs a run is reproducible per placement.
 """
 from __future__ import annotations
 
