@@ -38,9 +38,10 @@ MODEL = "--arch hybrid_lstm --hybrid-devices cpu,cpu"
 CHOICE = re.compile(r"pipeline chunks: (\d+), chosen by the performance model from ([\d.]+) s of measurement")
 
 
-def train_once(data: str, chunks: str, updates: int, log_interval: int, max_tokens: int) -> Dict[str, Any]:
+def train_once(data: str, chunks: str, updates: int, log_interval: int, max_tokens: int,
+               threads: int) -> Dict[str, Any]:
     config = TrainConfig(f"K={chunks}", f"--pipeline-chunks {chunks}", f"{MODEL} --pipeline-chunks {chunks}",
-                         threads=2, max_tokens=max_tokens)
+                         threads=threads, max_tokens=max_tokens)
     command = train_command(data, config, updates, log_interval, None, "")
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(config.threads))
     with tempfile.TemporaryDirectory() as tmp:
@@ -74,7 +75,7 @@ def predicted_tokens_per_s(data: str, max_tokens: int) -> Dict[str, Any]:
             "by_k": {k: predict(stage, 2, k, "cpu-workers", tokens=tokens).tokens_per_s for k in FIXED}}
 
 
-def run(data: str, rounds: int, updates: int, log_interval: int, max_tokens: int,
+def run(data: str, rounds: int, updates: int, log_interval: int, max_tokens: int, threads: int = 2,
         progress=lambda message: None) -> Dict[str, Any]:
     started = time.perf_counter()
     load_start = os.getloadavg()
@@ -82,7 +83,7 @@ def run(data: str, rounds: int, updates: int, log_interval: int, max_tokens: int
     runs: Dict[str, List[Dict[str, Any]]] = {label: [] for label in labels}
     for round_index in range(rounds):
         for label in labels:
-            runs[label].append(train_once(data, label, updates, log_interval, max_tokens))
+            runs[label].append(train_once(data, label, updates, log_interval, max_tokens, threads))
             progress(f"round {round_index + 1}/{rounds}: --pipeline-chunks {label}: "
                      f"{runs[label][-1]['target_wps']:,.0f} tok/s")
     predicted = predicted_tokens_per_s(data, max_tokens)
@@ -101,7 +102,7 @@ def run(data: str, rounds: int, updates: int, log_interval: int, max_tokens: int
         "what": "fairseq-train on cpu,cpu: --pipeline-chunks auto against fixed K; the "
                 "advisor's predicted tokens/s against the measured ones",
         "data": data, "model": MODEL, "max_tokens": max_tokens, "updates": updates,
-        "log_interval": log_interval, "rounds": rounds,
+        "log_interval": log_interval, "rounds": rounds, "omp_num_threads": threads,
         "auto": {"chosen_per_round": chosen, "measured_wps": round(median["auto"], 1),
                  "measured_runs": [round(r["target_wps"], 1) for r in runs["auto"]],
                  "measurement_s": measurement},
@@ -121,7 +122,9 @@ def run(data: str, rounds: int, updates: int, log_interval: int, max_tokens: int
 def format_report(report: Dict[str, Any]) -> str:
     auto = report["auto"]
     lines = [f"--pipeline-chunks auto on cpu,cpu ({report['rounds']} rounds x {report['updates']} updates, "
-             f"--max-tokens {report['max_tokens']}; load {report['load_average_1_5_15min']['start'][0]:.1f} "
+             f"--max-tokens {report['max_tokens']}, "
+             f"OMP_NUM_THREADS={report.get('omp_num_threads', 2)}; "
+             f"load {report['load_average_1_5_15min']['start'][0]:.1f} "
              f"-> {report['load_average_1_5_15min']['end'][0]:.1f})", "",
              "| K | measured tok/s (median) | predicted tok/s | error | auto chose it |",
              "|---:|---:|---:|---:|---:|"]
@@ -148,12 +151,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--updates", type=int, default=25)
     parser.add_argument("--log-interval", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=4000)
+    parser.add_argument("--threads", type=int, default=2,
+                        help="OMP_NUM_THREADS of each fairseq-train (default 2: this box's cores; the "
+                             "CPU device workers split the cores whatever it is)")
     parser.add_argument("--json", help="write the report here (atomically)")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.updates <= args.log_interval:
         sys.exit("auto_chunks: error: --rounds >= 1 and --updates > --log-interval")
     data = args.data or str(sample_data(8000, Path(args.work)))
-    report = run(data, args.rounds, args.updates, args.log_interval, args.max_tokens,
+    report = run(data, args.rounds, args.updates, args.log_interval, args.max_tokens, args.threads,
                  progress=lambda m: print(f"  .. {m}", file=sys.stderr, flush=True))
     print(format_report(report))
     if args.json:

@@ -86,9 +86,11 @@ def test_fairseq_training_parser_accepts_auto():
         assert args.pipeline_chunks == parsed
 
 
-def test_auto_measures_chooses_logs_and_gives_the_numbers_of_that_k(caplog):
+@pytest.mark.parametrize("options", [{}, {"input_feeding": True}, {"decoder_hidden_size": 24}],
+                         ids=["plain", "input-feeding", "bridge"])
+def test_auto_measures_chooses_logs_and_gives_the_numbers_of_that_k(caplog, options):
     dictionary = make_dictionary()
-    model = make_model(dictionary, dtype=torch.float64, dropout=0.3).train()
+    model = make_model(dictionary, dtype=torch.float64, dropout=0.3, **options).train()
     batch = make_batch(dictionary, random_lengths(12, seed=4, max_len=14), seed=4)
     batch["ntokens"] = int(batch["target"].ne(dictionary.pad()).sum())
     from fairseq_hybrid.criterion import HybridCrossEntropyCriterion
@@ -144,3 +146,25 @@ def test_fairseq_train_auto_equals_the_k_it_chose_update_for_update(tmp_path):
     assert losses == train_losses(explicit)
     # several devices and no --pipeline-chunks: auto is the default
     assert "(auto)" in train("default")
+
+
+def test_the_measurement_leaves_gradients_and_random_state_alone():
+    from fairseq_hybrid.parallel.auto_chunks import choose_for_batch
+
+    dictionary = make_dictionary()
+    model = make_model(dictionary, dtype=torch.float64, dropout=0.3).train()
+    batch = make_batch(dictionary, random_lengths(6, seed=2, max_len=10), seed=2)
+    for index, p in enumerate(model.parameters()):
+        p.grad = torch.full_like(p, float(index))
+    engine = model.build_engine(hybrid_devices="cpu,cpu", pipeline_chunks="auto")
+    try:
+        state = torch.get_rng_state()
+        net = batch["net_input"]
+        choice = choose_for_batch(model, engine.plan, engine.workers, net["src_tokens"], net["src_lengths"],
+                                  net["prev_output_tokens"])
+        assert torch.equal(torch.get_rng_state(), state)
+    finally:
+        engine.close()
+    assert choice.chunks in choice.predicted_s
+    for index, p in enumerate(model.parameters()):
+        assert torch.equal(p.grad, torch.full_like(p, float(index)))

@@ -10,7 +10,7 @@ device i; embeddings, bridges and the master head on device 0; a head replica pe
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -109,7 +109,7 @@ class PlacementPlan:
     # --pipeline-chunks auto on several devices: ``chunks`` is provisional until the engine
     # has measured the first batch (``auto_chunks``) and set ``chunk_choice``
     auto_chunks: bool = False
-    chunk_choice: Optional[Any] = None  # perfmodel.chunk_choice.ChunkChoice
+    chunk_choice: Optional[Any] = field(default=None, compare=False)  # perfmodel.chunk_choice.ChunkChoice
 
     @property
     def head_devices(self) -> int:
