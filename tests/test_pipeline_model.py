@@ -202,3 +202,23 @@ def test_concurrency_probe_runs_both_workloads_and_names_a_bad_one(workload):
     assert math.isfinite(ratio) and ratio > 0
     with pytest.raises(ValueError, match="workload 'gpu': lstm or head"):
         measure_concurrency(ModelSize(1, 8, 8, 30), BatchSize(4, 3, 3), 2, 1, "gpu")
+
+
+def test_head_times_are_measured_interpolated_or_scaled():
+    stage = fake_stage(sentences=8)  # measured shards of 2, 4, 8 sentences: 1 ms per sentence forward
+    assert stage.head_times(0) == (0.0, 0.0)
+    assert stage.head_times(4) == (0.004, 0.008)
+    forward, backward = stage.head_times(6)  # between 4 and 8
+    assert forward == pytest.approx(0.006) and backward == pytest.approx(0.012)
+    forward, backward = stage.head_times(16)  # beyond the largest: in proportion to 8
+    assert forward == pytest.approx(0.016) and backward == pytest.approx(0.032)
+    forward, _ = stage.head_times(1)  # below the smallest: in proportion to 2
+    assert forward == pytest.approx(0.001)
+
+
+def test_optimizer_share_is_the_largest_share_of_parameters_on_one_device():
+    stage = fake_stage()
+    assert stage.rest_share((0, 1)) == 1.0  # no parameter counts: the whole step
+    stage.param_bytes_master, stage.param_bytes_layer = 500, (300, 200)
+    assert stage.rest_share((0, 1)) == pytest.approx(0.8)  # device 0: 500 + 300 of 1000
+    assert stage.rest_share((1, 1)) == pytest.approx(0.5)

@@ -4,7 +4,7 @@ backward times for each chunk count (``CellTimes``) and every other stage of the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, Sequence, Tuple
 
 from .sizes import BatchSize, Key, ModelSize
 
@@ -22,12 +22,6 @@ class CellTimes:
     backward: Dict[Key, float]
     output_bytes: Dict[Key, int]
     state_bytes: int
-
-    def cycles(self) -> List[List[Key]]:
-        from fairseq_hybrid.parallel.pipeline import clock_cycles
-
-        return [[(c.side, c.layer, c.chunk) for c in cycle]
-                for cycle in clock_cycles(self.source_chunks, self.target_chunks, self.layers)]
 
 
 @dataclass
@@ -64,6 +58,9 @@ class StageTimes:
         return max(per_device.values()) / total
 
     def head_times(self, sentences: int) -> Tuple[float, float]:
+        """Forward and backward seconds of one head shard of ``sentences`` sentences: as
+        measured, else interpolated linearly between the nearest measured sizes, else scaled
+        in proportion from the nearest one (outside the measured range)."""
         if sentences <= 0:
             return 0.0, 0.0
         if sentences in self.head_forward:
