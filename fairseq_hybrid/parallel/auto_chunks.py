@@ -39,11 +39,11 @@ def semantics_of(plan: PlacementPlan) -> str:
     return "cuda" if any(d.type == "cuda" for d in plan.devices) else "cpu-workers"
 
 
-def run_all_overhead(workers: DeviceWorkers, repeats: int = 50) -> float:
+def run_all_overhead(workers: DeviceWorkers, repeats: int = 50, warm_up: int = 5) -> float:
     """Median seconds of one ``run_all`` round trip of no-op tasks on every worker (the
-    per-clock-cycle cost of the barrier)."""
+    per-clock-cycle cost of the barrier), after ``warm_up`` untimed ones."""
     tasks = [(index, "no-op", lambda: None) for index in range(len(workers.devices))]
-    for _ in range(5):
+    for _ in range(warm_up):
         workers.run_all(tasks)
     samples = []
     for _ in range(repeats):

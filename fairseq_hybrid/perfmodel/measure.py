@@ -42,20 +42,13 @@ def _measure_cells(
 
 
 def _measure_run_all(workers: int, repeats: int = 200) -> float:
-    """Median seconds of one ``DeviceWorkers.run_all`` of no-op tasks (one per worker)."""
+    """Median seconds of one ``DeviceWorkers.run_all`` of no-op tasks on ``workers`` CPU workers."""
+    from fairseq_hybrid.parallel.auto_chunks import run_all_overhead
     from fairseq_hybrid.parallel.worker import DeviceWorkers
 
     pool = DeviceWorkers([torch.device("cpu")] * workers)
     try:
-        tasks = [(i, "no-op", lambda: None) for i in range(workers)]
-        for _ in range(20):
-            pool.run_all(tasks)
-        samples = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            pool.run_all(tasks)
-            samples.append(time.perf_counter() - start)
-        return median(samples)
+        return run_all_overhead(pool, repeats, warm_up=20)
     finally:
         pool.close()
 
