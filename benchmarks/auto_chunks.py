@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from fairseq_hybrid.jsonio import write_json_atomic
+from fairseq_hybrid.tools.jsonio import write_json_atomic
 
 from .data import sample_data
 from .fairseq_runs import ROOT, USER_DIR, BenchmarkError, TrainConfig, interval_speed, train_command
@@ -60,7 +60,7 @@ def train_once(data: str, chunks: str, updates: int, log_interval: int, max_toke
 def predicted_tokens_per_s(data: str, max_tokens: int) -> Dict[str, Any]:
     """The advisor's model for each fixed K: stage times of the real model on the median
     batch at ``max_tokens`` measured on one CPU device, the step simulated for cpu,cpu."""
-    from fairseq_hybrid.advise import load_task_and_model, measure_batch, parse, representative_batch
+    from fairseq_hybrid.tools.advise import load_task_and_model, measure_batch, parse, representative_batch
     from fairseq_hybrid.parallel.placement import check_plan_options
     from fairseq_hybrid.perfmodel.recommend import predict
 

@@ -129,7 +129,7 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
 def equivalence(device: str) -> Tuple[str, Dict[str, Any]]:
     from fairseq import utils
 
-    from fairseq_hybrid.criterion import HybridCrossEntropyCriterion
+    from fairseq_hybrid.plugin.criterion import HybridCrossEntropyCriterion
 
     from fairseq_hybrid.perfmodel import ModelSize, build_model
 

@@ -56,8 +56,8 @@ def head_step_peak(vocab: int, tokens: int, dim: int, chunk_tokens: int, device:
                    source_length: int = 25) -> Dict[str, float]:
     """Forward + backward of the head over ``tokens`` target tokens; peak bytes above the
     memory in use before the step."""
-    from fairseq_hybrid.head import AttentionHead
-    from fairseq_hybrid.loss import TokenLoss
+    from fairseq_hybrid.model.head import AttentionHead
+    from fairseq_hybrid.model.loss import TokenLoss
 
     torch.manual_seed(1)
     target_length = 25

@@ -46,7 +46,7 @@ def measure_real_steps(
     forward through ``HybridLSTMModel``'s engine, backward, clip, Adam step) for each
     (devices, chunks) on CPU devices with ``threads`` torch threads per device;
     configurations interleaved (A B C A B C ...) after one warm-up step per device count."""
-    from fairseq_hybrid.criterion import HybridCrossEntropyCriterion
+    from fairseq_hybrid.plugin.criterion import HybridCrossEntropyCriterion
 
     saved_threads = torch.get_num_threads()
     torch.set_num_threads(threads)

@@ -8,8 +8,8 @@ import torch
 from fairseq.data import Dictionary, LanguagePairDataset
 
 import fairseq_hybrid  # noqa: F401  (registers the model and criterion)
-from fairseq_hybrid.config import HybridLSTMConfig
-from fairseq_hybrid.model import HybridLSTMModel
+from fairseq_hybrid.plugin.config import HybridLSTMConfig
+from fairseq_hybrid.plugin.hybrid_lstm import HybridLSTMModel
 
 
 def make_dictionary(size: int = 40) -> Dictionary:

@@ -1,13 +1,13 @@
 """The configuration advisor: its recommendations react to their inputs (hand-made stage
 times, so the answers are deterministic), its command line, its JSON, and one run of
-``python -m fairseq_hybrid.advise`` on the bundled sample."""
+``python -m fairseq_hybrid.tools.advise`` on the bundled sample."""
 import json
 import subprocess
 
 import pytest
 
-from fairseq_hybrid.advice_report import command_line
-from fairseq_hybrid.jsonio import write_json_atomic
+from fairseq_hybrid.tools.advice_report import command_line
+from fairseq_hybrid.tools.jsonio import write_json_atomic
 from fairseq_hybrid.perfmodel.chunk_choice import LinearCost, cell_times_for
 from fairseq_hybrid.perfmodel.recommend import (
     Prediction, allreduce_s, batch_knee, best_balance, best_chunks, device_knee, memory_limit, replica_knee,
@@ -113,7 +113,7 @@ def test_advise_cli_on_the_sample(tmp_path):
     args = [str(data / "bin"), "--user-dir", USER_DIR, *model_args(32, 2), "--criterion", "hybrid_cross_entropy",
             "--hybrid-devices", "cpu,cpu", "--max-tokens", "400", "--link-gbps", "10",
             "--advice-json", str(tmp_path / "advice.json")]
-    proc = subprocess.run([str(BIN / "python"), "-m", "fairseq_hybrid.advise", *args], cwd=tmp_path,
+    proc = subprocess.run([str(BIN / "python"), "-m", "fairseq_hybrid.tools.advise", *args], cwd=tmp_path,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((tmp_path / "advice.json").read_text())
@@ -126,7 +126,7 @@ def test_advise_cli_on_the_sample(tmp_path):
     assert report["command"] in proc.stdout and "--pipeline-chunks" in proc.stdout
     assert [item["max_tokens"] for item in report["sweep"]] == sorted(item["max_tokens"] for item in report["sweep"])
     assert report["check"]["measured_step_s"] > 0
-    bad = subprocess.run([str(BIN / "python"), "-m", "fairseq_hybrid.advise", *args[:-4], "--link-gbps", "0"],
+    bad = subprocess.run([str(BIN / "python"), "-m", "fairseq_hybrid.tools.advise", *args[:-4], "--link-gbps", "0"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert bad.returncode == 1
     assert bad.stderr.strip().splitlines()[-1] == \

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fairseq_hybrid.errors import HybridConfigError
-from fairseq_hybrid.fairseq_patches import chunks_argument
+from fairseq_hybrid.plugin.fairseq_patches import chunks_argument
 from fairseq_hybrid.parallel.placement import build_plan
 from fairseq_hybrid.perfmodel.chunk_choice import (
     LinearCost, cell_times_for, choose_chunks, fit_cell_costs, fit_linear,
@@ -93,7 +93,7 @@ def test_auto_measures_chooses_logs_and_gives_the_numbers_of_that_k(caplog, opti
     model = make_model(dictionary, dtype=torch.float64, dropout=0.3, **options).train()
     batch = make_batch(dictionary, random_lengths(12, seed=4, max_len=14), seed=4)
     batch["ntokens"] = int(batch["target"].ne(dictionary.pad()).sum())
-    from fairseq_hybrid.criterion import HybridCrossEntropyCriterion
+    from fairseq_hybrid.plugin.criterion import HybridCrossEntropyCriterion
 
     criterion = HybridCrossEntropyCriterion(make_task(dictionary), False, 0.1)
     try:
@@ -149,7 +149,7 @@ def test_fairseq_train_auto_equals_the_k_it_chose_update_for_update(tmp_path):
 
 
 def test_the_measurement_leaves_gradients_and_random_state_alone():
-    from fairseq_hybrid.parallel.auto_chunks import choose_for_batch
+    from fairseq_hybrid.perfmodel.auto_chunks import choose_for_batch
 
     dictionary = make_dictionary()
     model = make_model(dictionary, dtype=torch.float64, dropout=0.3).train()

@@ -14,7 +14,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from benchmarks.fairseq_runs import interval_speed
 from benchmarks.flops import ModelShape, decoder_flops_per_token, encoder_flops_per_token, \
     training_flops_per_target_token
-from fairseq_hybrid.criterion import HybridCrossEntropyCriterion
+from fairseq_hybrid.plugin.criterion import HybridCrossEntropyCriterion
 from helpers import make_batch, make_dictionary, make_model, make_task
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,7 +5,7 @@ import pytest
 import torch
 from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 
-from fairseq_hybrid.criterion import HybridCrossEntropyCriterion
+from fairseq_hybrid.plugin.criterion import HybridCrossEntropyCriterion
 from fairseq_hybrid.errors import HybridConfigError
 from helpers import loss_and_grads, make_batch, make_dictionary, make_model, make_task, random_lengths
 
@@ -77,7 +77,7 @@ def test_negative_chunk_is_a_clear_error(chunk):
 
 @pytest.mark.parametrize("epsilon", [0.0, 0.1])
 def test_fused_smoothed_cross_entropy_gradient_matches_finite_differences(epsilon):
-    from fairseq_hybrid.loss import SmoothedCrossEntropy
+    from fairseq_hybrid.model.loss import SmoothedCrossEntropy
 
     generator = torch.Generator().manual_seed(3)
     logits = torch.randn(6, 9, dtype=torch.float64, generator=generator, requires_grad=True)

@@ -5,7 +5,7 @@ import pytest
 import torch
 from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 
-from fairseq_hybrid.criterion import HybridCrossEntropyCriterion
+from fairseq_hybrid.plugin.criterion import HybridCrossEntropyCriterion
 from helpers import (assert_same, loss_and_grads, setup, use_devices)
 
 

@@ -52,7 +52,7 @@ def leftovers():
 
 
 def test_every_model_option_is_one_key_of_each_config():
-    from fairseq_hybrid.config import HybridLSTMConfig
+    from fairseq_hybrid.plugin.config import HybridLSTMConfig
 
     options = {f.name for f in fields(HybridLSTMConfig)} - {
         "_name", "max_source_positions", "max_target_positions",  # task's keys, interpolated
@@ -199,8 +199,8 @@ def test_adaptations_for_several_gpus_on_the_composed_config(monkeypatch):
     from fairseq.dataclass.configs import DistributedTrainingConfig
     from omegaconf import open_dict
 
-    from fairseq_hybrid.hydra_callback import explicit_options
-    from fairseq_hybrid.integration import adapt_fairseq_config
+    from fairseq_hybrid.plugin.hydra_callback import explicit_options
+    from fairseq_hybrid.plugin.integration import adapt_fairseq_config
 
     monkeypatch.setattr(DistributedTrainingConfig.__dataclass_fields__["distributed_world_size"], "default", 4)
     overrides = ["task.data=x", "common.fp16=true"]
@@ -285,7 +285,7 @@ def test_pipeline_chunks_auto_is_a_value_of_the_configs_key():
     from omegaconf import open_dict
 
     from fairseq_hybrid.errors import HybridConfigError
-    from fairseq_hybrid.hydra_callback import normalise_pipeline_chunks
+    from fairseq_hybrid.plugin.hydra_callback import normalise_pipeline_chunks
 
     for overrides, expected in (([], 0), (["model.pipeline_chunks=auto"], 0), (["model.pipeline_chunks=5"], 5)):
         cfg = composed("hybrid_lstm", ["task.data=x", *overrides])

@@ -1,11 +1,11 @@
 """fairseq's command-line defaults adapted to one process driving several devices
-(fairseq_hybrid/integration.py)."""
+(fairseq_hybrid/plugin/integration.py)."""
 from types import SimpleNamespace
 
 import pytest
 
 from fairseq_hybrid.errors import HybridConfigError
-from fairseq_hybrid.integration import adapt_fairseq_defaults, explicit_option
+from fairseq_hybrid.plugin.integration import adapt_fairseq_defaults, explicit_option
 
 
 def test_fairseq_defaults_are_adapted_for_one_process_many_devices():

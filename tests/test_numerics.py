@@ -8,7 +8,7 @@ import torch
 from fairseq_cli import train as fairseq_train
 
 from cli import USER_DIR, prepared_sample
-from fairseq_hybrid.head import AttentionHead
+from fairseq_hybrid.model.head import AttentionHead
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import torch
 from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 
 from fairseq_hybrid.parallel import head_shards, pipeline
-from fairseq_hybrid.criterion import HybridCrossEntropyCriterion
+from fairseq_hybrid.plugin.criterion import HybridCrossEntropyCriterion
 from fairseq_hybrid.parallel.worker import DeviceWorkers
 from helpers import assert_same, loss_and_grads, setup, use_devices
 

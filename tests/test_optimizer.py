@@ -4,7 +4,7 @@ import pytest
 import torch
 from fairseq.optim.adam import FairseqAdam, FairseqAdamConfig
 
-from fairseq_hybrid.optimizer import TorchAdam, TorchAdamConfig
+from fairseq_hybrid.plugin.optimizer import TorchAdam, TorchAdamConfig
 
 
 def config(cls, weight_decay, **extra):

@@ -26,7 +26,7 @@ def test_worker_failure_reaches_the_caller_and_nothing_hangs():
 
 
 def test_worker_failure_inside_training_propagates():
-    from fairseq_hybrid.criterion import HybridCrossEntropyCriterion
+    from fairseq_hybrid.plugin.criterion import HybridCrossEntropyCriterion
     from helpers import make_batch, make_dictionary, make_model, make_task, random_lengths
 
     dictionary = make_dictionary()

@@ -22,9 +22,9 @@ from typing import Optional, Tuple
 import torch.nn as nn
 from torch import Tensor
 
-from ..encoder import EncoderOut
+from ..model.encoder import EncoderOut
 from .head_shards import HeadReplicas, ShardInputs, plan_shards, sharded_head_loss
-from ..loss import HeadLoss, TokenLoss
+from ..model.loss import HeadLoss, TokenLoss
 from .pipeline import DECODER, ENCODER, WavefrontPipeline
 from .placement import PlacementPlan
 from .worker import DeviceWorkers
@@ -88,7 +88,7 @@ class HybridEngine:
     def choose_chunks(self, src_tokens: Tensor, src_lengths: Tensor, prev_output_tokens: Tensor) -> None:
         """``--pipeline-chunks auto``: measure this batch's cells on the devices, take the
         K the performance model predicts fastest, and log it with the candidates."""
-        from .auto_chunks import choose_for_batch
+        from ..perfmodel.auto_chunks import choose_for_batch
 
         choice = choose_for_batch(self.model, self.plan, self.workers, src_tokens, src_lengths,
                                   prev_output_tokens)

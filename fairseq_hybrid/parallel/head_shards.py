@@ -32,8 +32,8 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from ..head import AttentionHead
-from ..loss import HeadLoss, TokenLoss, sum_head_losses
+from ..model.head import AttentionHead
+from ..model.loss import HeadLoss, TokenLoss, sum_head_losses
 from .placement import shard_bounds
 from .worker import DeviceWorkers, autograd_device_thread
 

@@ -27,8 +27,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from ..dropout import apply_mask
-from ..lstm_stack import LSTMStack, State, run_layer
+from ..model.dropout import apply_mask
+from ..model.lstm_stack import LSTMStack, State, run_layer
 from .placement import PlacementPlan
 from .worker import DeviceWorkers, autograd_device_thread
 

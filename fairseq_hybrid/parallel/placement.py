@@ -200,8 +200,8 @@ def build_plan(
 
 def check_plan_options(cfg, argv: Optional[Sequence[str]] = None) -> PlacementPlan:
     """Parse-time check of the placement options (nothing is placed)."""
-    from ..config import effective
-    from ..integration import explicit_option
+    from ..plugin.config import effective
+    from ..plugin.integration import explicit_option
 
     # --pipeline-chunks is fairseq's own option; its default, 0, means "not set" to us,
     # so only the command line tells an explicit 0 apart

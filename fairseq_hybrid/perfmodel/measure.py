@@ -43,7 +43,7 @@ def _measure_cells(
 
 def _measure_run_all(workers: int, repeats: int = 200) -> float:
     """Median seconds of one ``DeviceWorkers.run_all`` of no-op tasks on ``workers`` CPU workers."""
-    from fairseq_hybrid.parallel.auto_chunks import run_all_overhead
+    from fairseq_hybrid.perfmodel.auto_chunks import run_all_overhead
     from fairseq_hybrid.parallel.worker import DeviceWorkers
 
     pool = DeviceWorkers([torch.device("cpu")] * workers)
@@ -66,9 +66,9 @@ def measure_concurrency(
     graph, as in training) of one shard of ``sentences / workers`` sentences (what the head
     shards run concurrently)."""
     from fairseq_hybrid.parallel.head_shards import ShardLoss
-    from fairseq_hybrid.initialized_layers import lstm_layer
-    from fairseq_hybrid.loss import TokenLoss
-    from fairseq_hybrid.lstm_stack import run_layer
+    from fairseq_hybrid.model.initialized_layers import lstm_layer
+    from fairseq_hybrid.model.loss import TokenLoss
+    from fairseq_hybrid.model.lstm_stack import run_layer
     from fairseq_hybrid.parallel.worker import DeviceWorkers
 
     if workload not in ("lstm", "head"):
@@ -157,7 +157,7 @@ def measure_model_stage_times(
     collated ``sample`` of ``batch``'s shape (a real batch, padding and all: the advisor's),
     moved to ``device``. On CUDA, ``StageTimes.peak_bytes`` is the device's peak."""
     from fairseq_hybrid.parallel.head_shards import ShardLoss
-    from fairseq_hybrid.loss import TokenLoss
+    from fairseq_hybrid.model.loss import TokenLoss
 
     saved_threads = torch.get_num_threads()
     torch.set_num_threads(threads)

@@ -77,8 +77,8 @@ def build_model(size: ModelSize, seed: int = 0) -> Tuple[Any, Any]:
     from fairseq.data import Dictionary
 
     import fairseq_hybrid  # noqa: F401  (registers model and criterion)
-    from fairseq_hybrid.config import HybridLSTMConfig
-    from fairseq_hybrid.model import HybridLSTMModel
+    from fairseq_hybrid.plugin.config import HybridLSTMConfig
+    from fairseq_hybrid.plugin.hybrid_lstm import HybridLSTMModel
 
     dictionary = Dictionary()
     for index in range(size.vocab - dictionary.nspecial):

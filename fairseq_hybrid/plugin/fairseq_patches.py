@@ -43,7 +43,7 @@ from typing import Any, Callable, List, Optional
 import numpy as np
 import torch
 
-from .errors import HybridConfigError
+from ..errors import HybridConfigError
 
 
 # ------------------------------------------------------------------ torch.load

@@ -1,4 +1,4 @@
-"""``python -m fairseq_hybrid.advise``: what to run before a long training. Takes the data
+"""``python -m fairseq_hybrid.tools.advise``: what to run before a long training. Takes the data
 directory and the same options as ``fairseq-train`` (parsed by fairseq's own parser, with
 the plugin's parse-time checks), measures the real model on real batches of the training
 split on the first device (a short measurement, per-cell and per-stage), and recommends
@@ -9,7 +9,7 @@ configuration on the given devices to report the model's error there, prints the
 the ``fairseq-train`` command line with the choices filled in, and writes the report as
 JSON (atomically).
 
-    python -m fairseq_hybrid.advise data-bin/my-en-de --user-dir fairseq_hybrid \\
+    python -m fairseq_hybrid.tools.advise data-bin/my-en-de --user-dir fairseq_hybrid \\
         --arch hybrid_lstm --hybrid-devices cpu,cpu --max-tokens 4000 --link-gbps 10
 """
 from __future__ import annotations
@@ -26,18 +26,18 @@ import numpy as np
 import torch
 
 from .advice_report import REPLICA_LIMIT, command_line, format_report, recommendation_rows
-from .errors import HybridConfigError
+from ..errors import HybridConfigError
 from .jsonio import write_json_atomic
-from .parallel.auto_chunks import probe_chunks
-from .parallel.placement import PlacementPlan, check_plan_options
-from .parallel.worker import cpu_threads_per_worker
-from .perfmodel.measure import measure_model_stage_times
-from .perfmodel.recommend import (
+from ..perfmodel.auto_chunks import probe_chunks
+from ..parallel.placement import PlacementPlan, check_plan_options
+from ..parallel.worker import cpu_threads_per_worker
+from ..perfmodel.measure import measure_model_stage_times
+from ..perfmodel.recommend import (
     batch_knee, best_balance, best_chunks, device_knee, memory_limit, replica_knee,
     with_fitted_cells,
 )
-from .perfmodel.sizes import BatchSize, Link, ModelSize
-from .perfmodel.stage_times import StageTimes
+from ..perfmodel.sizes import BatchSize, Link, ModelSize
+from ..perfmodel.stage_times import StageTimes
 
 logger = logging.getLogger(__name__)
 # between the devices of one machine (the cuda schedule's transfers); CPU devices share memory
@@ -47,7 +47,7 @@ CHECK_STEPS = 3  # real steps timed for the model's error (after one warm-up ste
 
 
 def add_advisor_args(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("advisor (python -m fairseq_hybrid.advise)")
+    group = parser.add_argument_group("advisor (python -m fairseq_hybrid.tools.advise)")
     group.add_argument("--link-gbps", type=float, default=10.0,
                        help="bandwidth between machines in Gbit/s, for the data-parallel "
                             "replica count (default 10)")
@@ -188,7 +188,7 @@ def advise(args: argparse.Namespace, progress=lambda message: None) -> Dict[str,
     measured_step = time_real_steps(model, criterion, samples[given], devices, balanced.chunks,
                                     None if is_even else balanced.balance)
     report: Dict[str, Any] = {
-        "what": "python -m fairseq_hybrid.advise: recommendations of the performance model "
+        "what": "python -m fairseq_hybrid.tools.advise: recommendations of the performance model "
                 "from stage times measured on this machine",
         "devices": devices, "semantics": semantics, "measured_on": str(plan.devices[0]),
         "threads_per_cpu_device": threads, "torch": torch.__version__,

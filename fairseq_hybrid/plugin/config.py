@@ -14,7 +14,7 @@ from typing import Any, Dict, Optional
 from fairseq.dataclass import FairseqDataclass
 from omegaconf import II
 
-from .errors import require
+from ..errors import require
 
 
 @dataclass

@@ -28,7 +28,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from .errors import HybridConfigError
+from ..errors import HybridConfigError
 
 logger = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from .config import apply_preset, validate_model_config
-from .errors import HybridConfigError
+from ..errors import HybridConfigError
 
 # the groups whose options the parse-time checks read, in fairseq-train's flat namespace
 # (later groups win a shared name: the model's pipeline_chunks over fairseq's own)
@@ -64,7 +64,7 @@ def model_name(config: DictConfig) -> Any:
 def is_hybrid_model(config: DictConfig) -> bool:
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
-    from .model import MODEL_NAME
+    from .hybrid_lstm import MODEL_NAME
 
     name = model_name(config)
     return isinstance(name, str) and ARCH_MODEL_NAME_REGISTRY.get(name) == MODEL_NAME
@@ -112,7 +112,7 @@ def check_run_config(config: DictConfig, overrides: Sequence[str]) -> None:
     from .checks import check_data_dir
     from .criterion import validate_criterion_args
     from .integration import adapt_fairseq_config
-    from .parallel.placement import check_plan_options
+    from ..parallel.placement import check_plan_options
 
     flat = Namespace()
     for group in CHECKED_GROUPS:

@@ -28,13 +28,13 @@ from .config import (
     dropout_or_default,
     validate_model_config,
 )
-from .decoder import DecoderDraws, HybridLSTMDecoder
-from .encoder import EncoderDraws, HybridLSTMEncoder
-from .parallel.engine import HybridEngine
-from .errors import HybridConfigError
+from ..model.decoder import DecoderDraws, HybridLSTMDecoder
+from ..model.encoder import EncoderDraws, HybridLSTMEncoder
+from ..parallel.engine import HybridEngine
+from ..errors import HybridConfigError
 from .integration import adapt_fairseq_defaults, skip_overlong_interactive_input
-from .initialized_layers import embedding
-from .parallel.placement import PlacementPlan, build_plan, check_plan_options
+from ..model.initialized_layers import embedding
+from ..parallel.placement import PlacementPlan, build_plan, check_plan_options
 
 MODEL_NAME = "hybrid_lstm"
 logger = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .errors import HybridConfigError
+from ..errors import HybridConfigError
 
 
 def check_data_dir(args: Any) -> None:

@@ -16,8 +16,8 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterionConfig,
 )
 
-from .errors import require
-from .loss import TokenLoss
+from ..errors import require
+from ..model.loss import TokenLoss
 
 
 @dataclass

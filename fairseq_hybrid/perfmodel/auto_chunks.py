@@ -16,11 +16,11 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import torch
 
-from ..perfmodel.cell_timing import TimingWorkers, time_cells
-from ..perfmodel.chunk_choice import CANDIDATES, ChunkChoice, choose_chunks, fit_cell_costs
-from ..perfmodel.stage_times import CellTimes
-from .placement import PlacementPlan
-from .worker import DeviceWorkers
+from .cell_timing import TimingWorkers, time_cells
+from .chunk_choice import CANDIDATES, ChunkChoice, choose_chunks, fit_cell_costs
+from .stage_times import CellTimes
+from ..parallel.placement import PlacementPlan
+from ..parallel.worker import DeviceWorkers
 
 ROUNDS = 2  # timed rounds per probe K, after one warm-up round
 
