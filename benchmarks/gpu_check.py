@@ -129,9 +129,10 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
 def equivalence(device: str) -> Tuple[str, Dict[str, Any]]:
     from fairseq import utils
 
+    from fairseq_hybrid.perfmodel import ModelSize
     from fairseq_hybrid.plugin.criterion import HybridCrossEntropyCriterion
 
-    from fairseq_hybrid.perfmodel import ModelSize, build_model
+    from .models import build_model
 
     model, task = build_model(ModelSize(layers=4, hidden=24, embed=16, vocab=60, dropout=0.0,
                                         decoder_hidden=20))  # with the encoder->decoder bridge
@@ -147,13 +148,13 @@ def equivalence(device: str) -> Tuple[str, Dict[str, Any]]:
     rows, worst = [], 0.0
     for devices, chunks in cases:
         twin = copy.deepcopy(model)
-        engine = twin.configure_parallel(hybrid_devices=devices, pipeline_chunks=chunks,
-                                         hybrid_allow_repeated_devices=True)
+        twin.runtime.configure(devices=devices, chunks=chunks, allow_repeated=True)
+        master = twin.runtime.plan().master
         on_device = batch
-        if engine.plan.master.type == "cuda":  # what fairseq's Trainer does with a sample
-            on_device = utils.move_to_cuda(batch, device=engine.plan.master)
+        if master.type == "cuda":  # what fairseq's Trainer does with a sample
+            on_device = utils.move_to_cuda(batch, device=master)
         loss, grads = loss_and_grads(twin, criterion, on_device)
-        twin.close_engine()
+        twin.runtime.close()
         if grads.keys() != ref_grads.keys():
             raise CheckFailed(f"{devices} K={chunks}: gradients of {sorted(ref_grads.keys() - grads.keys())} missing")
         errors = {"loss": relative_error(loss, ref_loss),

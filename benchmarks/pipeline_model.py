@@ -29,12 +29,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from fairseq_hybrid.perfmodel import (
-    PRESETS, BatchSize, Link, ModelSize, build_model, measure_concurrency,
-    measure_stage_times, predict_speedups, synthetic_sample,
+    PRESETS, BatchSize, Link, ModelSize, measure_concurrency, predict_speedups,
 )
 from fairseq_hybrid.perfmodel.measure import median
 
 from .jsonio import write_json_atomic
+from .models import build_model, measure_stage_times, synthetic_sample
 from .pipeline_model_report import phase_times, stage_summary, format_report
 
 
@@ -58,9 +58,8 @@ def measure_real_steps(
     engines = {}
     try:
         for n, k in configs:
-            engine = model.build_engine(
-                threads, hybrid_devices=",".join(["cpu"] * n), pipeline_chunks=k, hybrid_balance=None,
-            )
+            model.runtime.cpu_threads = threads
+            engine = model.runtime.build_engine(devices=",".join(["cpu"] * n), chunks=k, balance=None)
             engine.workers.run_all([(i, "start", lambda: None) for i in range(n)])
             engines[(n, k)] = engine
         samples: Dict[Tuple[int, int], List[float]] = {c: [] for c in configs}
@@ -70,7 +69,7 @@ def measure_real_steps(
         warm_up = list({n: (n, k) for n, k in reversed(configs)}.values())
         for round_index in range(repeats + 1):
             for config in (configs if round_index > 0 else warm_up):
-                model.use_engine(engines[config])
+                model.runtime.use_engine(engines[config])
                 start = time.perf_counter()
                 model.zero_grad(set_to_none=True)
                 loss, _, _ = criterion(model, sample)
@@ -92,8 +91,7 @@ def measure_real_steps(
             for c, v in samples.items()
         }
     finally:
-        for engine in engines.values():
-            engine.close()
+        model.runtime.close()  # every engine it built
         torch.set_num_threads(saved_threads)
 
 

@@ -75,8 +75,8 @@ def loss_and_grads(criterion, model, batch):
 # ---- comparing the hybrid engine with the plain model
 def use_devices(model, devices: str, chunks: int, balance=None, head_on_master=False):
     """Train ``model`` on ``devices`` with ``chunks`` time chunks from now on."""
-    model.configure_parallel(hybrid_devices=devices, pipeline_chunks=chunks,
-                             hybrid_balance=balance, hybrid_head_on_master=head_on_master)
+    model.runtime.configure(devices=devices, chunks=chunks, balance=balance,
+                            split_head=not head_on_master)
     return model
 
 

@@ -9,7 +9,7 @@ import torch
 
 from fairseq_hybrid.errors import HybridConfigError
 from fairseq_hybrid.plugin.fairseq_patches import chunks_argument
-from fairseq_hybrid.parallel.placement import build_plan
+from fairseq_hybrid.parallel.placement import PlacementOptions, chunks_to_choose, parse_chunks, plan_for
 from fairseq_hybrid.perfmodel.chunk_choice import (
     LinearCost, cell_times_for, choose_chunks, fit_cell_costs, fit_linear,
 )
@@ -63,10 +63,10 @@ def test_a_larger_barrier_cost_per_cycle_lowers_k():
 def test_one_device_never_chunks():
     choice = choose_chunks(uniform_costs(2, 0.001, 0.001), 30, 30, (0, 0), "cpu-workers")
     assert choice.chunks == 1
-    assert build_plan("cpu", None, "auto", 2, 2).chunks == 1
-    assert not build_plan("cpu", None, 0, 2, 2).auto_chunks
-    assert build_plan("cpu,cpu", None, 0, 2, 2).auto_chunks
-    assert not build_plan("cpu,cpu", None, 3, 2, 2).auto_chunks
+    for devices, chunks, measured in (("cpu", "auto", False), ("cpu", 0, False),
+                                      ("cpu,cpu", 0, True), ("cpu,cpu", 3, False)):
+        options = PlacementOptions(devices, chunks=parse_chunks(chunks))
+        assert chunks_to_choose(options, plan_for(options, 2, 2)) == measured
 
 
 def test_pipeline_chunks_argument():
@@ -98,22 +98,22 @@ def test_auto_measures_chooses_logs_and_gives_the_numbers_of_that_k(caplog, opti
     criterion = HybridCrossEntropyCriterion(make_task(dictionary), False, 0.1)
     try:
         torch.manual_seed(7)
-        model.configure_parallel(hybrid_devices="cpu,cpu", pipeline_chunks="auto")
+        model.runtime.configure(devices="cpu,cpu", chunks="auto")
         with caplog.at_level(logging.INFO, logger="fairseq_hybrid"):
             auto = loss_and_grads(criterion, model, batch)
         after_auto = torch.get_rng_state()
-        plan = model.hybrid_engine().plan
-        choice = plan.chunk_choice
+        plan = model.runtime.engine.plan
+        choice = model.runtime.choice
         assert choice is not None and plan.chunks == choice.chunks in choice.predicted_s
         assert choice.measured_s > 0 and choice.probes[0] == 1
         assert f"2 device(s), {plan.chunks} pipeline chunk(s) (auto)" in caplog.text
         assert "<- chosen" in caplog.text
         torch.manual_seed(7)
-        model.configure_parallel(pipeline_chunks=plan.chunks)
+        model.runtime.configure(chunks=plan.chunks)
         explicit = loss_and_grads(criterion, model, batch)
         assert torch.equal(torch.get_rng_state(), after_auto)  # the measurement drew nothing
     finally:
-        model.close_engine()
+        model.runtime.close()
     assert auto[0].item() == explicit[0].item()
     assert auto[3].keys() == explicit[3].keys()
     for name, grad in auto[3].items():
@@ -156,7 +156,7 @@ def test_the_measurement_leaves_gradients_and_random_state_alone():
     batch = make_batch(dictionary, random_lengths(6, seed=2, max_len=10), seed=2)
     for index, p in enumerate(model.parameters()):
         p.grad = torch.full_like(p, float(index))
-    engine = model.build_engine(hybrid_devices="cpu,cpu", pipeline_chunks="auto")
+    engine = model.runtime.build_engine(devices="cpu,cpu", chunks="auto")
     try:
         state = torch.get_rng_state()
         net = batch["net_input"]
@@ -164,7 +164,7 @@ def test_the_measurement_leaves_gradients_and_random_state_alone():
                                   net["prev_output_tokens"])
         assert torch.equal(torch.get_rng_state(), state)
     finally:
-        engine.close()
+        model.runtime.close()
     assert choice.chunks in choice.predicted_s
     for index, p in enumerate(model.parameters()):
         assert torch.equal(p.grad, torch.full_like(p, float(index)))

@@ -37,7 +37,7 @@ def test_model_parallel_only_keeps_the_head_on_device_0_with_the_same_numbers(mo
     _, task, model, batch = setup(torch.float64, seed=5)
     reference = loss_and_grads(LabelSmoothedCrossEntropyCriterion(task, False, 0.1), model, batch)
     use_devices(model, "cpu,cpu,cpu", 3, head_on_master=True)
-    engine = model.hybrid_engine()
+    engine = model.runtime.engine
     assert engine.plan.head_devices == 1 and "head (all sentences)" in engine.plan.table()
     import fairseq_hybrid.parallel.engine
 
@@ -112,8 +112,9 @@ def test_a_model_with_an_engine_can_be_deep_copied():
     _, task, model, batch = setup(torch.float64, seed=2)
     use_devices(model, "cpu,cpu", 2)
     HybridCrossEntropyCriterion(task, False, 0.0)(model, batch)
-    assert model._hybrid_engine is not None
+    assert model.runtime._engine is not None
     twin = copy.deepcopy(model)
-    assert twin._hybrid_engine is None and model._hybrid_engine is not None
+    assert twin.runtime._engine is None and model.runtime._engine is not None
+    assert twin.runtime.model is twin and twin.runtime.options == model.runtime.options
     for (name, a), (_, b) in zip(model.named_parameters(), twin.named_parameters()):
         assert torch.equal(a, b) and a is not b, name

@@ -8,9 +8,10 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.models import measure_stage_times  # noqa: E402
 from fairseq_hybrid.perfmodel import (  # noqa: E402
-    BatchSize, CellTimes, Link, ModelSize, StageTimes, layer_map, measure_stage_times,
-    predict_speedups, predict_step, simulate_pipeline,
+    BatchSize, CellTimes, Link, ModelSize, StageTimes, layer_map, predict_speedups,
+    predict_step, simulate_pipeline,
 )
 
 ENC, DEC = "encoder", "decoder"

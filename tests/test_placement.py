@@ -6,8 +6,11 @@ import torch
 
 from fairseq_hybrid.errors import HybridConfigError
 from fairseq_hybrid.parallel.placement import (
-    build_plan, check_plan_options, parse_devices, shard_bounds,
+    AUTO, PlacementOptions, build_plan, chunks_to_choose, parse_chunks, parse_devices, plan_for,
+    shard_bounds,
 )
+from fairseq_hybrid.parallel.split import even_sizes, spans
+from fairseq_hybrid.plugin.placement_options import check_plan_options
 
 
 def test_devices_parse_every_spelling():
@@ -32,10 +35,13 @@ def test_bad_devices_name_the_value(spec, message):
 def test_even_contiguous_layout_and_paper_layout():
     plan = build_plan("cpu,cpu,cpu", None, 4, 4, 4)
     assert plan.layer_device == (0, 0, 1, 2)
-    paper = build_plan("cpu,cpu,cpu,cpu", None, None, 4, 4)
+    paper = plan_for(PlacementOptions("cpu,cpu,cpu,cpu"), 4, 4)
     assert paper.layer_device == (0, 1, 2, 3)  # encoder and decoder layer i on device i
-    assert paper.chunks == 8  # automatic: 2 per device
-    assert build_plan("cpu", None, None, 2, 2).chunks == 1
+    assert paper.chunks == 1  # automatic: 1 until the engine has chosen
+    assert chunks_to_choose(PlacementOptions("cpu,cpu,cpu,cpu"), paper)
+    one = plan_for(PlacementOptions("cpu"), 2, 2)
+    assert one.chunks == 1 and not chunks_to_choose(PlacementOptions("cpu"), one)
+    assert not chunks_to_choose(PlacementOptions("cpu,cpu", chunks=3), paper)
     assert build_plan("cpu,cpu", "1,3", 2, 4, 4).layer_device == (0, 1, 1, 1)
     assert "master head" in plan.table()
 
@@ -50,6 +56,19 @@ def test_even_contiguous_layout_and_paper_layout():
 def test_bad_plans_are_rejected(devices, balance, chunks, message):
     with pytest.raises(HybridConfigError, match=message):
         build_plan(devices, balance, chunks, 2, 2)
+
+
+def test_pipeline_chunks_parse_once_into_an_integer_or_auto():
+    assert parse_chunks(None) == parse_chunks(0) == parse_chunks("auto") == parse_chunks(" AUTO ") == AUTO
+    assert parse_chunks(4) == parse_chunks("4") == 4
+    for bad in (-1, "four", 1.5, True):
+        with pytest.raises(HybridConfigError, match="--pipeline-chunks .* is not allowed"):
+            parse_chunks(bad)
+
+
+def test_the_even_split_is_contiguous_and_near_equal():
+    assert even_sizes(7, 3) == [3, 2, 2] and even_sizes(2, 4) == [1, 1, 0, 0]
+    assert spans([3, 2, 0, 2]) == [(0, 3), (3, 5), (5, 5), (5, 7)]
 
 
 def test_explicit_zero_chunks_is_rejected_but_fairseqs_default_is_not():
@@ -75,8 +94,8 @@ def test_a_gpu_listed_twice_is_allowed_only_when_asked(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(HybridConfigError, match="add --hybrid-allow-repeated-devices"):
-        build_plan("cuda:0,cuda:0", None, None, 2, 2)
-    plan = build_plan("cuda:0,cuda:0", None, None, 2, 2, allow_repeated=True)
+        build_plan("cuda:0,cuda:0", None, 1, 2, 2)
+    plan = build_plan("cuda:0,cuda:0", None, 4, 2, 2, allow_repeated=True)
     assert plan.devices == (torch.device("cuda", 0), torch.device("cuda", 0))
     assert plan.layer_device == (0, 1) and plan.chunks == 4
 

@@ -8,7 +8,12 @@
   sentences over every device, forward and backward of each shard on its device's worker.
 - ``engine``: one training step's features and head loss over a plan.
 
-Every device kind (CPU devices, GPUs, a mix) runs this same code; the model files
-(``model.py``, ``encoder.py``, ``decoder.py``) stay flat and know nothing of it beyond
-``HybridLSTMModel.hybrid_engine``.
+- ``runtime``: one model's life cycle over a plan: options -> plan -> placement ->
+  workers -> (auto chunks, by a chooser handed in from above) -> engine.
+- ``interface``: what the engine needs of a model (a ``Protocol``); ``split``: the one
+  even split of layers, time steps and sentences.
+
+Every device kind (CPU devices, GPUs, a mix) runs this same code. It imports the model
+layer (``fairseq_hybrid/model/``), never the performance model or the fairseq plugin; the
+model knows only that a runtime may run its features (``model.network``).
 """

@@ -1,7 +1,8 @@
 """The hybrid engine: runs ``hybrid_lstm`` for training over a placement plan.
 
-- the model is placed first (``HybridLSTMModel.place``: each LSTM layer on its device,
-  embeddings, bridges and the master head on device 0, kept through ``model.to()``).
+- the model is placed before (``runtime.HybridRuntime``, ``placement.place``: each LSTM
+  layer on its device, embeddings, bridges and the master head on device 0), and the
+  plan's chunk count is an integer (``--pipeline-chunks auto`` is resolved before).
 - ``features`` runs the model-parallel part: embeddings, then the wavefront pipeline.
 - ``head_loss`` runs the data-parallel part: sentences split into one shard per device,
   each shard's forward and backward on its device's worker with its own head replica
@@ -15,35 +16,30 @@ Generation never uses the engine: it runs the plain model on one device.
 """
 from __future__ import annotations
 
-import logging
-from dataclasses import replace
-from typing import Optional, Tuple
+from typing import Tuple
 
-import torch.nn as nn
 from torch import Tensor
 
 from ..model.encoder import EncoderOut
+from .interface import HybridModel
 from .head_shards import HeadReplicas, ShardInputs, plan_shards, sharded_head_loss
 from ..model.loss import HeadLoss, TokenLoss
 from .pipeline import DECODER, ENCODER, WavefrontPipeline
 from .placement import PlacementPlan
 from .worker import DeviceWorkers
 
-logger = logging.getLogger(__name__)
 
 
 class HybridEngine:
-    def __init__(self, model: nn.Module, plan: PlacementPlan,
-                 cpu_threads: Optional[int] = None) -> None:
+    """One training step's model-parallel and data-parallel parts over ``plan``, run by
+    ``workers`` (one per device of the plan)."""
+
+    def __init__(self, model: HybridModel, plan: PlacementPlan, workers: DeviceWorkers) -> None:
         self.model = model
         self.plan = plan
-        self.workers = DeviceWorkers(plan.devices, cpu_threads)
+        self.workers = workers
         self.head_replicas = HeadReplicas()
-        self.pipeline = WavefrontPipeline.for_model(model, plan, self.workers)
-        if any(d.type == "cpu" for d in plan.devices) and plan.num_devices > 1:
-            logger.info(
-                f"hybrid: {self.workers.cpu_threads} torch thread(s) per CPU device worker"
-            )
+        self.pipeline = WavefrontPipeline.for_model(model, plan, workers)
 
     @property
     def plain(self) -> bool:
@@ -58,8 +54,6 @@ class HybridEngine:
         ``forward(..., features_only=True)`` gives them."""
         master = self.plan.master
         src_tokens, prev_output_tokens = src_tokens.to(master), prev_output_tokens.to(master)
-        if self.plan.auto_chunks and self.plan.chunk_choice is None:
-            self.choose_chunks(src_tokens, src_lengths, prev_output_tokens)
         if self.plain:
             features, extra = self.model(
                 src_tokens, src_lengths, prev_output_tokens, features_only=True
@@ -84,18 +78,6 @@ class HybridEngine:
             features, _ = self.model.decoder.extract_features(prev_output_tokens, encoder_out)
             return features, encoder_out
         return out.decoder_top.transpose(0, 1), encoder_out
-
-    def choose_chunks(self, src_tokens: Tensor, src_lengths: Tensor, prev_output_tokens: Tensor) -> None:
-        """``--pipeline-chunks auto``: measure this batch's cells on the devices, take the
-        K the performance model predicts fastest, and log it with the candidates."""
-        from ..perfmodel.auto_chunks import choose_for_batch
-
-        choice = choose_for_batch(self.model, self.plan, self.workers, src_tokens, src_lengths,
-                                  prev_output_tokens)
-        self.plan = replace(self.plan, chunks=choice.chunks, chunk_choice=choice)
-        self.pipeline = WavefrontPipeline.for_model(self.model, self.plan, self.workers)
-        self.model.place(self.plan)  # the model keeps the plan it was placed with
-        logger.info("\n" + self.plan.table())
 
     # ------------------------------------------------------- data parallel
     def head_loss(
@@ -122,7 +104,3 @@ class HybridEngine:
             head, loss_fn, self.head_replicas, self.workers, self.plan.devices,
             plan_shards(tokens_per_sentence, self.plan.num_devices), inputs,
         )
-
-    def close(self) -> None:
-        """Stop the worker threads (a closed engine cannot run again)."""
-        self.workers.close()

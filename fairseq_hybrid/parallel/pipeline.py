@@ -22,33 +22,26 @@ back along the same edges). The pipeline is one autograd node (``_StagedPipeline
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
 from ..model.dropout import apply_mask
 from ..model.lstm_stack import LSTMStack, State, run_layer
+from .interface import HybridModel
 from .placement import PlacementPlan
+from .split import Span, even_sizes, spans
 from .worker import DeviceWorkers, autograd_device_thread
 
 ENCODER, DECODER = "encoder", "decoder"
-Span = Tuple[int, int]
+Key = Tuple[str, int, int]  # (side, layer, chunk): a schedule cell
 
 
 def chunk_bounds(length: int, chunks: int) -> List[Span]:
     """At most ``chunks`` contiguous, non-empty, near-equal time spans covering
     [0, length)."""
-    count = min(chunks, length)
-    if count == 0:
-        return []
-    base, extra = divmod(length, count)
-    spans, start = [], 0
-    for index in range(count):
-        end = start + base + (1 if index < extra else 0)
-        spans.append((start, end))
-        start = end
-    return spans
+    return spans(even_sizes(length, min(chunks, length))) if length else []
 
 
 @dataclass(frozen=True)
@@ -61,17 +54,17 @@ class ScheduleCell:
     chunk: int
 
     @property
-    def key(self) -> "Key":
+    def key(self) -> Key:
         return (self.side, self.layer, self.chunk)
 
 
-def input_cell(cell: ScheduleCell) -> Optional["Key"]:
+def input_cell(cell: ScheduleCell) -> Optional[Key]:
     """The cell whose output this cell reads: the layer below on the same chunk (none for
     layer 0, which reads the embeddings)."""
     return None if cell.layer == 0 else (cell.side, cell.layer - 1, cell.chunk)
 
 
-def state_cell(cell: ScheduleCell, source_chunks: int) -> Optional["Key"]:
+def state_cell(cell: ScheduleCell, source_chunks: int) -> Optional[Key]:
     """The cell whose final state this cell continues from: its layer's previous chunk;
     for decoder chunk 0, the encoder layer's last chunk (through the bridge); for encoder
     chunk 0, none (zeros). With ``input_cell``, the wavefront's whole dependency rule:
@@ -129,7 +122,6 @@ def leaf_on(tensor: Tensor, device: torch.device) -> Tensor:
     return tensor.detach().to(device).requires_grad_(tensor.requires_grad)
 
 
-Key = Tuple[str, int, int]
 Masks = Dict[str, List[Optional[Tensor]]]  # side -> per-layer dropout mask (or None)
 
 
@@ -149,7 +141,7 @@ class WavefrontPipeline:
         self.workers = workers
 
     @classmethod
-    def for_model(cls, model: Any, plan: PlacementPlan, workers: DeviceWorkers) -> "WavefrontPipeline":
+    def for_model(cls, model: HybridModel, plan: PlacementPlan, workers: DeviceWorkers) -> "WavefrontPipeline":
         """The pipeline over a ``HybridLSTMModel``'s encoder and decoder stacks."""
         decoder = model.decoder
         return cls(model.encoder.stack, decoder.stack,

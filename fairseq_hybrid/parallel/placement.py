@@ -10,18 +10,21 @@ device i; embeddings, bridges and the master head on device 0; a head replica pe
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass
+from typing import List, Literal, Optional, Tuple, Union
 
 import torch
 
 from ..errors import HybridConfigError
+from .interface import HybridModel
+from .split import even_sizes, spans
 
 DEVICES_OPTION = "--hybrid-devices"
 REPEAT_OPTION = "--hybrid-allow-repeated-devices"
 BALANCE_OPTION = "--hybrid-balance"
 CHUNKS_OPTION = "--pipeline-chunks"
-AUTO = "auto"  # --pipeline-chunks auto: chosen by the performance model (auto_chunks.py)
+AUTO = "auto"  # --pipeline-chunks auto: chosen by the performance model (perfmodel/auto_chunks.py)
+ChunkSetting = Union[int, Literal["auto"]]  # --pipeline-chunks, parsed once (parse_chunks)
 
 
 def default_device() -> torch.device:
@@ -84,8 +87,7 @@ def parse_devices(spec: Optional[str], allow_repeated: bool = False) -> List[tor
 def parse_balance(spec: Optional[str], num_devices: int, num_layers: int) -> List[int]:
     """Layers per device: explicit (``2,1,1``) or contiguous and as even as possible."""
     if spec is None or not spec.strip():
-        base, extra = divmod(num_layers, num_devices)
-        return [base + (1 if i < extra else 0) for i in range(num_devices)]
+        return even_sizes(num_layers, num_devices)
     try:
         counts = [int(item) for item in spec.split(",")]
     except ValueError:
@@ -100,16 +102,56 @@ def parse_balance(spec: Optional[str], num_devices: int, num_layers: int) -> Lis
     return counts
 
 
+def parse_chunks(value: Union[None, int, str]) -> ChunkSetting:
+    """``--pipeline-chunks`` as the one type the rest reads: an integer >= 1, or ``AUTO``.
+    Unset (None, or fairseq's own default 0 for this option) is ``AUTO``; an explicit 0
+    on the command line is refused before this (``plugin/placement_options.py``)."""
+    if value is None or value == 0:
+        return AUTO
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text == AUTO:
+            return AUTO
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise HybridConfigError(
+            f"{CHUNKS_OPTION} {value!r} is not allowed: an integer >= 1 (1 = no time chunking) "
+            f"or {AUTO}"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class PlacementOptions:
+    """The placement options of a run, each parsed into its type."""
+
+    devices: Optional[str] = None  # --hybrid-devices (None: the default device)
+    balance: Optional[str] = None  # --hybrid-balance (None: as even as possible)
+    chunks: ChunkSetting = AUTO  # --pipeline-chunks
+    split_head: bool = True  # False: --hybrid-head-on-master
+    allow_repeated: bool = False  # --hybrid-allow-repeated-devices
+
+    @classmethod
+    def from_config(cls, cfg: object) -> "PlacementOptions":
+        """From a model config or argparse namespace with the options' attribute names."""
+        return cls(
+            getattr(cfg, "hybrid_devices", None),
+            getattr(cfg, "hybrid_balance", None),
+            parse_chunks(getattr(cfg, "pipeline_chunks", None)),
+            not getattr(cfg, "hybrid_head_on_master", False),
+            bool(getattr(cfg, "hybrid_allow_repeated_devices", False)),
+        )
+
+
 @dataclass(frozen=True)
 class PlacementPlan:
     devices: Tuple[torch.device, ...]
     layer_device: Tuple[int, ...]  # device index (into ``devices``) of layer l, enc and dec
     chunks: int
     split_head: bool = True  # False: the head runs on device 0 for every sentence
-    # --pipeline-chunks auto on several devices: ``chunks`` is provisional until the engine
-    # has measured the first batch (``auto_chunks``) and set ``chunk_choice``
-    auto_chunks: bool = False
-    chunk_choice: Optional[Any] = field(default=None, compare=False)  # perfmodel.chunk_choice.ChunkChoice
 
     @property
     def head_devices(self) -> int:
@@ -132,13 +174,10 @@ class PlacementPlan:
     def device_of_layer(self, layer: int) -> torch.device:
         return self.devices[self.layer_device[layer]]
 
-    def table(self) -> str:
-        chunks = f"{self.chunks} pipeline chunk(s)"
-        if self.auto_chunks:
-            chunks = ("pipeline chunks: auto (measured before the first update)"
-                      if self.chunk_choice is None else chunks + " (auto)")
+    def table(self, chunks_note: str = "") -> str:
         lines = [
-            f"hybrid placement: {self.num_devices} device(s), {chunks}",
+            f"hybrid placement: {self.num_devices} device(s), {self.chunks} pipeline "
+            f"chunk(s){chunks_note}",
             f"  {'#':>2}  {'device':<8} {'encoder layers':<15} {'decoder layers':<15} other",
         ]
         for index, device in enumerate(self.devices):
@@ -151,29 +190,20 @@ class PlacementPlan:
             lines.append(
                 f"  {index:>2}  {str(device):<8} {names:<15} {names:<15} {', '.join(other) or '-'}"
             )
-        if self.chunk_choice is not None:
-            lines += ["  " + line for line in self.chunk_choice.lines()]
         return "\n".join(lines)
-
-
-def default_chunks(num_devices: int) -> int:
-    """1 on one device (chunking only adds work there); else 2 per device, which keeps
-    the wavefront's fill-and-drain idle time at most (N-1)/(5N-1) < 20% of the cycles
-    while each (layer, chunk) call stays long enough to keep a device busy. With several
-    devices this is only the provisional K of ``--pipeline-chunks auto`` (the engine
-    replaces it with the measured choice before the first update)."""
-    return 1 if num_devices == 1 else 2 * num_devices
 
 
 def build_plan(
     devices_spec: Optional[str],
     balance_spec: Optional[str],
-    chunks: Union[None, int, str],
+    chunks: int,
     encoder_layers: int,
     decoder_layers: int,
     split_head: bool = True,
     allow_repeated: bool = False,
 ) -> PlacementPlan:
+    """The plan for these options with ``chunks`` time chunks (``--pipeline-chunks auto``
+    is resolved before this, by whoever owns the performance model: ``runtime.py``)."""
     devices = parse_devices(devices_spec, allow_repeated)
     num_layers = min(encoder_layers, decoder_layers)
     if len(devices) > num_layers:
@@ -182,51 +212,46 @@ def build_plan(
             f"{encoder_layers} encoder / {decoder_layers} decoder layers: every device needs "
             f"a layer, so use at most {num_layers}"
         )
-    # unset (None, or 0: fairseq's default for its --pipeline-chunks) or "auto": 1 on one
-    # device (chunking only adds work there), else chosen by the model on the first batch
-    auto = chunks is None or chunks == 0 or chunks == AUTO
-    if auto:
-        chunks = default_chunks(len(devices))
-    if not isinstance(chunks, int) or chunks < 1:
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
         raise HybridConfigError(
             f"{CHUNKS_OPTION} {chunks!r} is not allowed: an integer >= 1 (1 = no time chunking) "
             f"or {AUTO}"
         )
     counts = parse_balance(balance_spec, len(devices), num_layers)
     layer_device = tuple(index for index, count in enumerate(counts) for _ in range(count))
-    return PlacementPlan(tuple(devices), layer_device, chunks, split_head,
-                         auto_chunks=auto and len(devices) > 1)
+    return PlacementPlan(tuple(devices), layer_device, chunks, split_head)
 
 
-def check_plan_options(cfg, argv: Optional[Sequence[str]] = None) -> PlacementPlan:
-    """Parse-time check of the placement options (nothing is placed)."""
-    from ..plugin.config import effective
-    from ..plugin.integration import explicit_option
-
-    # --pipeline-chunks is fairseq's own option; its default, 0, means "not set" to us,
-    # so only the command line tells an explicit 0 apart
-    given = explicit_option(CHUNKS_OPTION, argv)
-    if given is not None and given.strip() in ("0", "-0"):
-        raise HybridConfigError(
-            f"{CHUNKS_OPTION} {given.strip()} is not allowed: an integer >= 1 "
-            "(1 = no time chunking; leave it out for the default)"
-        )
-    return build_plan(
-        getattr(cfg, "hybrid_devices", None),
-        getattr(cfg, "hybrid_balance", None),
-        getattr(cfg, "pipeline_chunks", None),
-        effective(cfg, "encoder_layers"),
-        effective(cfg, "decoder_layers"),
-        allow_repeated=bool(getattr(cfg, "hybrid_allow_repeated_devices", False)),
-    )
+def plan_for(options: PlacementOptions, encoder_layers: int, decoder_layers: int,
+             chunks: Optional[int] = None) -> PlacementPlan:
+    """``build_plan`` from parsed options; ``chunks`` overrides them (auto's choice; until
+    then an automatic setting plans 1 chunk)."""
+    if chunks is None:
+        chunks = 1 if options.chunks == AUTO else options.chunks
+    return build_plan(options.devices, options.balance, chunks, encoder_layers,
+                      decoder_layers, options.split_head, options.allow_repeated)
 
 
-def shard_bounds(batch_size: int, num_shards: int) -> Sequence[Tuple[int, int]]:
+def chunks_to_choose(options: PlacementOptions, plan: PlacementPlan) -> bool:
+    """Whether the performance model must choose the chunk count before the first update:
+    ``auto`` on several devices (one device runs unchunked, chunking only adds work)."""
+    return options.chunks == AUTO and plan.num_devices > 1
+
+
+def place(model: HybridModel, plan: PlacementPlan) -> None:
+    """Put each LSTM layer on its device; embeddings, bridges and the master head on
+    device 0. Parameter names and shapes do not change (checkpoints stay portable)."""
+    encoder, decoder, master = model.encoder, model.decoder, plan.master
+    for module in (encoder.embed_tokens, decoder.embed_tokens, decoder.head):
+        module.to(master)
+    if decoder.bridge_hidden is not None:
+        decoder.bridge_hidden.to(master)
+        decoder.bridge_cell.to(master)
+    for stack in (encoder.stack, decoder.stack):
+        for index, layer in enumerate(stack.layers):
+            layer.to(plan.device_of_layer(index))
+
+
+def shard_bounds(batch_size: int, num_shards: int) -> List[Tuple[int, int]]:
     """Contiguous sentence ranges, one per device; uneven and empty shards allowed."""
-    base, extra = divmod(batch_size, num_shards)
-    bounds, start = [], 0
-    for index in range(num_shards):
-        size = base + (1 if index < extra else 0)
-        bounds.append((start, start + size))
-        start += size
-    return bounds
+    return spans(even_sizes(batch_size, num_shards))

@@ -1,6 +1,6 @@
 """A performance model of the hybrid training step: measure one device, simulate N.
 
-- ``sizes``: model and batch shapes, the device link, presets, a model and batch built from them.
+- ``sizes``: model and batch shapes, the device link, presets.
 - ``measure``: one device's stage times, through the pipeline's own cell code.
 - ``stage_times``: what the measurement yields and the simulator reads.
 - ``simulate``: the clock-cycle schedule the code issues, simulated for N devices and K
@@ -10,14 +10,13 @@ The wavefront's dependencies come from ``parallel.pipeline`` (``input_cell``/``s
 the same rule the pipeline runs. ``benchmarks/pipeline_model.py`` validates the model
 against real training steps and reports it.
 """
-from .measure import device_clock, measure_concurrency, measure_stage_times
+from .measure import device_clock, measure_concurrency, measure_model_stage_times
 from .simulate import SEMANTICS, predict_speedups, predict_step, simulate_pipeline
-from .sizes import PRESETS, BatchSize, Key, Link, ModelSize, Preset, build_model, layer_map, synthetic_sample
+from .sizes import PRESETS, BatchSize, Link, ModelSize, Preset, layer_map
 from .stage_times import CellTimes, StageTimes
 
 __all__ = [
-    "PRESETS", "SEMANTICS", "BatchSize", "CellTimes", "Key", "Link", "ModelSize", "Preset",
-    "StageTimes", "build_model", "device_clock", "layer_map", "measure_concurrency",
-    "measure_stage_times", "predict_speedups", "predict_step", "simulate_pipeline",
-    "synthetic_sample",
+    "PRESETS", "SEMANTICS", "BatchSize", "CellTimes", "Link", "ModelSize", "Preset",
+    "StageTimes", "device_clock", "layer_map", "measure_concurrency",
+    "measure_model_stage_times", "predict_speedups", "predict_step", "simulate_pipeline",
 ]

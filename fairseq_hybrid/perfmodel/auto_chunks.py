@@ -19,6 +19,7 @@ import torch
 from .cell_timing import TimingWorkers, time_cells
 from .chunk_choice import CANDIDATES, ChunkChoice, choose_chunks, fit_cell_costs
 from .stage_times import CellTimes
+from ..parallel.interface import HybridModel
 from ..parallel.placement import PlacementPlan
 from ..parallel.worker import DeviceWorkers
 
@@ -54,7 +55,7 @@ def run_all_overhead(workers: DeviceWorkers, repeats: int = 50, warm_up: int = 5
 
 
 def measure_cell_times(
-    model: Any, plan: PlacementPlan, workers: DeviceWorkers, src_tokens: torch.Tensor,
+    model: HybridModel, plan: PlacementPlan, workers: DeviceWorkers, src_tokens: torch.Tensor,
     src_lengths: torch.Tensor, prev_output_tokens: torch.Tensor, probes: Sequence[int],
     rounds: int = ROUNDS,
 ) -> Dict[int, CellTimes]:
@@ -99,7 +100,7 @@ def measure_cell_times(
 
 
 def choose_for_batch(
-    model: Any, plan: PlacementPlan, workers: DeviceWorkers, src_tokens: torch.Tensor,
+    model: HybridModel, plan: PlacementPlan, workers: DeviceWorkers, src_tokens: torch.Tensor,
     src_lengths: torch.Tensor, prev_output_tokens: torch.Tensor,
 ) -> ChunkChoice:
     """Measure (``measure_cell_times``), fit and choose K for this batch's shapes."""

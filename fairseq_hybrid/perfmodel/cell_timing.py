@@ -2,7 +2,7 @@
 the pipeline's own ``forward_cells``/``backward_cells``: a worker stand-in runs the cells one
 at a time (inline on the calling thread, or each on its own device's worker thread) and
 records each one's seconds. Used on one device by ``measure`` (the benchmark's model) and
-on the real model's devices by ``parallel.auto_chunks`` (``--pipeline-chunks auto``)."""
+on the real model's devices by ``perfmodel.auto_chunks`` (``--pipeline-chunks auto``)."""
 from __future__ import annotations
 
 import time
@@ -11,7 +11,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .sizes import Key
+from ..parallel.interface import HybridModel
+from ..parallel.pipeline import (
+    DECODER, ENCODER, Key, ScheduleCell, WavefrontPipeline, chunk_bounds, clock_cycles, describe,
+)
+from ..parallel.placement import PlacementPlan
 
 
 def device_clock(device: torch.device) -> Callable[[], float]:
@@ -81,7 +85,7 @@ class CellTiming:
 
 
 def time_cells(
-    model: Any, plan: Any, workers: TimingWorkers, source: torch.Tensor, lengths: torch.Tensor,
+    model: HybridModel, plan: PlacementPlan, workers: TimingWorkers, source: torch.Tensor, lengths: torch.Tensor,
     target: Optional[torch.Tensor], masks: Dict[str, List[Optional[torch.Tensor]]],
 ) -> CellTiming:
     """Time one forward and one backward of every cell of ``model``'s pipeline over
@@ -89,10 +93,6 @@ def time_cells(
     ``source``/``target``: embedded inputs (time x batch x dim; ``target`` None = the
     encoder only); ``masks``: per side, each layer's dropout mask. The parameters'
     ``.grad`` are filled: callers that train afterwards save and restore them."""
-    from fairseq_hybrid.parallel.pipeline import (
-        DECODER, ENCODER, ScheduleCell, WavefrontPipeline, chunk_bounds, clock_cycles, describe,
-    )
-
     layers = model.encoder.num_layers
     pipeline = WavefrontPipeline.for_model(model, plan, workers)
     source = source.detach().requires_grad_(True)

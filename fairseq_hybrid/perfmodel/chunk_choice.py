@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .simulate import simulate_pipeline
-from .sizes import Key, Link
+from ..parallel.pipeline import Key, chunk_bounds
+from .sizes import Link
 from .stage_times import CellTimes
 
 CostKey = Tuple[str, int, str]  # (side, layer, "forward" | "backward")
@@ -78,8 +79,6 @@ class ChunkChoice:
 
 def chunk_lengths(length: int, chunks: int) -> List[int]:
     """Time steps of each chunk, as ``parallel.pipeline.chunk_bounds`` splits them."""
-    from fairseq_hybrid.parallel.pipeline import chunk_bounds
-
     return [end - start for start, end in chunk_bounds(length, chunks)]
 
 

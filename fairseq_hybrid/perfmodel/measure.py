@@ -13,8 +13,18 @@ from typing import Any, Callable, Dict, Iterable, List, Sequence, Tuple
 
 import torch
 
+from ..model.head import AttentionHead
+from ..model.initialized_layers import lstm_layer
+from ..model.loss import TokenLoss
+from ..model.lstm_stack import run_layer
+from ..parallel.head_shards import ShardLoss
+from ..parallel.interface import HybridModel
+from ..parallel.pipeline import DECODER, ENCODER, Key
+from ..parallel.placement import build_plan
+from ..parallel.worker import DeviceWorkers
+from .auto_chunks import run_all_overhead
 from .cell_timing import TimingWorkers, device_clock, time_cells
-from .sizes import BatchSize, Key, ModelSize, build_model, synthetic_sample
+from .sizes import BatchSize, ModelSize
 from .stage_times import CellTimes, StageTimes
 
 
@@ -26,9 +36,6 @@ def _measure_cells(
     model: Any, sample: dict, chunks: int, device: torch.device,
 ) -> Tuple[Dict[Key, float], Dict[Key, float], Dict[Key, int], int, int, int]:
     """One forward + backward of every cell on one device, through the pipeline's own code."""
-    from fairseq_hybrid.parallel.pipeline import DECODER, ENCODER
-    from fairseq_hybrid.parallel.placement import build_plan
-
     layers = model.encoder.num_layers
     plan = build_plan(str(device), None, chunks, layers, layers)
     net = sample["net_input"]
@@ -43,9 +50,6 @@ def _measure_cells(
 
 def _measure_run_all(workers: int, repeats: int = 200) -> float:
     """Median seconds of one ``DeviceWorkers.run_all`` of no-op tasks on ``workers`` CPU workers."""
-    from fairseq_hybrid.perfmodel.auto_chunks import run_all_overhead
-    from fairseq_hybrid.parallel.worker import DeviceWorkers
-
     pool = DeviceWorkers([torch.device("cpu")] * workers)
     try:
         return run_all_overhead(pool, repeats, warm_up=20)
@@ -65,12 +69,6 @@ def measure_concurrency(
     the batch's source (a pipeline cell); "head", the head + loss forward (recording the
     graph, as in training) of one shard of ``sentences / workers`` sentences (what the head
     shards run concurrently)."""
-    from fairseq_hybrid.parallel.head_shards import ShardLoss
-    from fairseq_hybrid.model.initialized_layers import lstm_layer
-    from fairseq_hybrid.model.loss import TokenLoss
-    from fairseq_hybrid.model.lstm_stack import run_layer
-    from fairseq_hybrid.parallel.worker import DeviceWorkers
-
     if workload not in ("lstm", "head"):
         raise ValueError(f"workload {workload!r}: lstm or head")
     pool = DeviceWorkers([torch.device("cpu")] * workers, cpu_threads=1)
@@ -86,13 +84,16 @@ def measure_concurrency(
                                                       torch.ones_like(c)])
             tasks.append(lstm_task)
     else:
-        model, task = build_model(size)
-        module = ShardLoss(model.decoder.head,
-                           TokenLoss(task.target_dictionary.pad(), 0.1, chunk_tokens=0))
+        pad = 1  # fairseq's padding index; targets are drawn above the special symbols
+        head = AttentionHead(size.decoder_hidden or size.hidden, size.hidden, size.embed,
+                             size.vocab, size.dropout)
+        module = ShardLoss(head, TokenLoss(pad, 0.1, chunk_tokens=0))
         shard = max(1, math.ceil(batch.sentences / workers))
-        target = synthetic_sample(task.target_dictionary, batch)["target"][:shard]
+        target = torch.randint(4, size.vocab, (shard, batch.target_len),
+                               generator=torch.Generator().manual_seed(1))
         for _ in range(workers):
-            inputs = (torch.randn(shard, batch.target_len, size.hidden, requires_grad=True),
+            inputs = (torch.randn(shard, batch.target_len, size.decoder_hidden or size.hidden,
+                                  requires_grad=True),
                       torch.randn(shard, batch.source_len, size.hidden, requires_grad=True),
                       torch.zeros(shard, batch.source_len, dtype=torch.bool), target)
 
@@ -121,27 +122,8 @@ def measure_concurrency(
         pool.close()
 
 
-def measure_stage_times(
-    size: ModelSize,
-    batch: BatchSize,
-    chunk_counts: Sequence[int],
-    device_counts: Sequence[int],
-    repeats: int = 3,
-    threads: int = 1,
-    progress: Callable[[str], None] = lambda message: None,
-    device: str = "cpu",
-) -> StageTimes:
-    """Measure the stage times of ``size`` on ``batch`` on one ``device`` ("cpu": this
-    machine's CPU with ``threads`` torch threads, the thread count of one CPU device
-    worker; or e.g. "cuda:0", timed with ``torch.cuda.synchronize``)."""
-    model, task = build_model(size)
-    sample = synthetic_sample(task.target_dictionary, batch)
-    return measure_model_stage_times(model, task.target_dictionary, sample, size, batch, chunk_counts,
-                                     device_counts, repeats, threads, progress, device)
-
-
 def measure_model_stage_times(
-    model: Any,
+    model: HybridModel,
     dictionary: Any,
     sample: dict,
     size: ModelSize,
@@ -156,9 +138,6 @@ def measure_model_stage_times(
     """``measure_stage_times`` of a given ``HybridLSTMModel`` (train mode) on a given
     collated ``sample`` of ``batch``'s shape (a real batch, padding and all: the advisor's),
     moved to ``device``. On CUDA, ``StageTimes.peak_bytes`` is the device's peak."""
-    from fairseq_hybrid.parallel.head_shards import ShardLoss
-    from fairseq_hybrid.model.loss import TokenLoss
-
     saved_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

@@ -17,7 +17,8 @@ import itertools
 from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .chunk_choice import CANDIDATES, cell_times_for, fit_cell_costs
+from ..parallel.split import even_sizes
+from .chunk_choice import CANDIDATES, cell_times_for, chunk_lengths, fit_cell_costs
 from .simulate import predict_step
 from .sizes import Link
 from .stage_times import StageTimes
@@ -53,8 +54,6 @@ def with_fitted_cells(stage: StageTimes, candidates: Sequence[int] = CANDIDATES)
 
 
 def _steps(length: int, chunks: int, chunk: int) -> int:
-    from .chunk_choice import chunk_lengths
-
     return chunk_lengths(length, chunks)[chunk]
 
 
@@ -102,7 +101,7 @@ def best_chunks(stage: StageTimes, devices: int, semantics: str, link: Link = Li
 def balances(layers: int, devices: int) -> List[str]:
     """Every contiguous split of ``layers`` over ``devices`` (each at least one layer),
     the even one first."""
-    even = [layers // devices + (1 if i < layers % devices else 0) for i in range(devices)]
+    even = even_sizes(layers, devices)
     splits = [list(c) for c in itertools.product(range(1, layers + 1), repeat=devices)
               if sum(c) == layers]
     splits.sort(key=lambda split: split != even)

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .sizes import Key, Link, layer_map
+from ..parallel.pipeline import Key, ScheduleCell, clock_cycles, input_cell, state_cell
+from ..parallel.placement import shard_bounds
+from .sizes import Link, layer_map
 from .stage_times import StageTimes
 
 SEMANTICS = ("cpu-workers", "cuda")
@@ -37,8 +39,6 @@ def _dependencies(
     """The cells whose results ``key`` needs: (cell, kind) with kind "output" (crosses from
     layer l-1 forward / l+1 backward) or "state" (same layer). The pipeline's own rule
     (``input_cell``, ``state_cell``); backward inverts it."""
-    from fairseq_hybrid.parallel.pipeline import ScheduleCell, clock_cycles, input_cell, state_cell
-
     def needs(cell: ScheduleCell) -> List[Tuple[Optional[Key], str]]:
         return [(input_cell(cell), "output"), (state_cell(cell, source_chunks), "state")]
 
@@ -103,8 +103,6 @@ def simulate_pipeline(
     cores and memory) run slower together: with m devices busy in a cycle, each cell takes
     ``slowdown[m]`` times its one-device time (missing: 1, independent devices).
     """
-    from fairseq_hybrid.parallel.pipeline import clock_cycles
-
     layers = len(layer_device)
     output_bytes = output_bytes or {}
     cycles = [[(c.side, c.layer, c.chunk) for c in cycle]
@@ -157,8 +155,6 @@ def predict_step(
     ``slowdown``); cpu-workers only; None = devices that do not slow each other down."""
     if semantics not in SEMANTICS:
         raise ValueError(f"semantics {semantics!r}: one of {SEMANTICS}")
-    from fairseq_hybrid.parallel.placement import shard_bounds
-
     cells = stage.cells[chunks]
     mapping = layer_map(devices, stage.model.layers, balance)
     plain = devices == 1 and chunks == 1

@@ -1,14 +1,12 @@
 """The sizes the performance model works with: model and batch shapes, the link between
-devices, the benchmark presets, and the model and synthetic batch built from them."""
+devices, and the benchmark presets (the model and synthetic batch built from them are the
+benchmarks' own: ``benchmarks/models.py``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import SimpleNamespace
-from typing import Any, Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
-import torch
-
-Key = Tuple[str, int, int]  # (side, layer, chunk), as parallel/pipeline.py keys its cells
+from ..parallel.placement import build_plan
 
 
 @dataclass(frozen=True)
@@ -72,59 +70,6 @@ PRESETS: Dict[str, Preset] = {
 }
 
 
-def build_model(size: ModelSize, seed: int = 0) -> Tuple[Any, Any]:
-    """A ``HybridLSTMModel`` (float32, train mode) and its fairseq-like task."""
-    from fairseq.data import Dictionary
-
-    import fairseq_hybrid  # noqa: F401  (registers model and criterion)
-    from fairseq_hybrid.plugin.config import HybridLSTMConfig
-    from fairseq_hybrid.plugin.hybrid_lstm import HybridLSTMModel
-
-    dictionary = Dictionary()
-    for index in range(size.vocab - dictionary.nspecial):
-        dictionary.add_symbol(f"w{index}")
-    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
-    options = dict(
-        encoder_embed_dim=size.embed, encoder_hidden_size=size.hidden,
-        encoder_layers=size.layers, decoder_embed_dim=size.embed,
-        decoder_hidden_size=size.decoder_hidden or size.hidden, decoder_layers=size.layers,
-        decoder_out_embed_dim=size.embed, dropout=size.dropout,
-        max_source_positions=1024, max_target_positions=1024,
-    )
-    if size.dropout_out is not None:
-        options.update(encoder_dropout_out=size.dropout_out, decoder_dropout_out=size.dropout_out)
-    torch.manual_seed(seed)
-    model = HybridLSTMModel.build_model(HybridLSTMConfig(**options), task)
-    return model.float().train(), task
-
-
-def synthetic_sample(dictionary: Any, batch: BatchSize, seed: int = 1) -> dict:
-    """A collated batch of random tokens, every sentence of the same lengths (no padding)."""
-    generator = torch.Generator().manual_seed(seed)
-    low, high, eos = dictionary.nspecial, len(dictionary), dictionary.eos()
-
-    def tokens(length: int) -> torch.Tensor:
-        body = torch.randint(low, high, (batch.sentences, length), generator=generator)
-        body[:, -1] = eos
-        return body
-
-    source, target = tokens(batch.source_len), tokens(batch.target_len)
-    prev = torch.cat([torch.full((batch.sentences, 1), eos), target[:, :-1]], dim=1)
-    return {
-        "id": torch.arange(batch.sentences),
-        "nsentences": batch.sentences,
-        "ntokens": batch.target_tokens,
-        "net_input": {
-            "src_tokens": source,
-            "src_lengths": torch.full((batch.sentences,), batch.source_len),
-            "prev_output_tokens": prev,
-        },
-        "target": target,
-    }
-
-
 def layer_map(devices: int, layers: int, balance: Optional[str] = None) -> Tuple[int, ...]:
     """Layer -> device index, as fairseq_hybrid.parallel.placement plans it."""
-    from fairseq_hybrid.parallel.placement import build_plan
-
     return build_plan(",".join(["cpu"] * devices), balance, 1, layers, layers).layer_device

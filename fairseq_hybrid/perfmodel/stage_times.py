@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Sequence, Tuple
 
-from .sizes import BatchSize, Key, ModelSize
+from ..parallel.pipeline import Key
+from .sizes import BatchSize, ModelSize
 
 
 @dataclass

@@ -75,15 +75,14 @@ class HybridCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
             count_correct=self.report_accuracy,
         )
         target = model.get_targets(sample, None)
-        if not hasattr(model, "hybrid_engine"):  # a model that only shares our decoder API
+        runtime = getattr(model, "runtime", None)
+        if runtime is None:  # a model that only shares our decoder API
             features, extra = model(**sample["net_input"], features_only=True)
             result = loss_fn(decoder.head, features, extra["encoder_out"], target)
         else:
             # through model(...) so fairseq's data-parallel wrapper sees the forward
             features, extra = model(**sample["net_input"], features_only=True, hybrid=True)
-            result = model.hybrid_engine().head_loss(
-                features, extra["encoder_out"], target, loss_fn
-            )
+            result = runtime.head_loss(features, extra["encoder_out"], target, loss_fn)
         sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
         logging_output = {
             "loss": result.loss.data,

@@ -8,19 +8,23 @@ from __future__ import annotations
 
 import ast
 import logging
-from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Callable, Optional
-
-import torch
-from torch import Tensor, nn
 
 from fairseq.models import (
     ARCH_CONFIG_REGISTRY,
-    FairseqEncoderDecoderModel,
     register_model,
     register_model_architecture,
 )
+from ..model.decoder import HybridLSTMDecoder
+from ..model.encoder import HybridLSTMEncoder
+from ..model.initialized_layers import embedding
+from ..model.network import HybridLSTMNetwork
+from ..parallel.placement import PlacementOptions
+from ..parallel.runtime import HybridRuntime
+from ..perfmodel.auto_chunks import choose_for_batch
 from .checks import check_data_dir, check_precision, check_state_dict, check_training_sizes
+from .criterion import validate_criterion_args
 from .config import (
     BASE_PRESET,
     HybridLSTMConfig,
@@ -28,78 +32,26 @@ from .config import (
     dropout_or_default,
     validate_model_config,
 )
-from ..model.decoder import DecoderDraws, HybridLSTMDecoder
-from ..model.encoder import EncoderDraws, HybridLSTMEncoder
-from ..parallel.engine import HybridEngine
 from ..errors import HybridConfigError
 from .integration import adapt_fairseq_defaults, skip_overlong_interactive_input
-from ..model.initialized_layers import embedding
-from ..parallel.placement import PlacementPlan, build_plan, check_plan_options
+from .placement_options import check_plan_options
 
 MODEL_NAME = "hybrid_lstm"
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class StepDraws:
-    """``HybridLSTMModel.draw_step``'s draws: the encoder's, and the decoder's (None with
-    input feeding)."""
-
-    encoder: EncoderDraws
-    decoder: Optional[DecoderDraws]
-
-
 @register_model(MODEL_NAME, dataclass=HybridLSTMConfig)
-class HybridLSTMModel(FairseqEncoderDecoderModel):
-    def __init__(
-        self,
-        encoder: HybridLSTMEncoder,
-        decoder: HybridLSTMDecoder,
-        placement_options: Optional[dict] = None,
-    ) -> None:
+class HybridLSTMModel(HybridLSTMNetwork):
+    """The network (``model.network``) as fairseq builds, loads and trains it: its
+    ``runtime`` (``parallel.runtime.HybridRuntime``) trains it over ``--hybrid-devices``,
+    with ``--pipeline-chunks auto`` chosen by the performance model."""
+
+    def __init__(self, encoder: HybridLSTMEncoder, decoder: HybridLSTMDecoder,
+                 placement: Optional[PlacementOptions] = None) -> None:
         super().__init__(encoder, decoder)
-        self.placement_options = placement_options or {}
-        self._hybrid_engine: Optional[HybridEngine] = None
-
-    def forward(
-        self,
-        src_tokens,
-        src_lengths,
-        prev_output_tokens,
-        features_only: bool = False,
-        hybrid: bool = False,
-        **kwargs: Any,
-    ):
-        """``hybrid=True`` (the criterion's call, so a data-parallel wrapper sees it) runs
-        the model-parallel part through the engine and returns (H, {"encoder_out": ...})."""
-        if hybrid:
-            features, encoder_out = self.hybrid_engine().features(
-                src_tokens, src_lengths, prev_output_tokens
-            )
-            return features, {"encoder_out": encoder_out, "attn": None}
-        draws = self.draw_step(src_tokens, prev_output_tokens)
-        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, draws=draws.encoder, **kwargs)
-        return self.decoder(
-            prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
-            draws=draws.decoder, **kwargs,
+        self.runtime: HybridRuntime = HybridRuntime(
+            self, placement or PlacementOptions(), choose_chunks=choose_for_batch,
         )
-
-    def draw_step(
-        self, src_tokens: Tensor, prev_output_tokens: Tensor,
-        top_device: Optional[torch.device] = None,
-    ) -> StepDraws:
-        """Every random number of a training forward pass before the head, in the one order
-        the plain model, the hybrid engine and the benchmarks share: the encoder's
-        (embeddings, between-layer masks, top mask), then the decoder's (embeddings,
-        between-layer masks; with input feeding the decoder draws step by step as it runs).
-        The head draws its combine mask last. Drawing on the calling thread, over whole
-        tensors, is what makes a run's numbers independent of devices and chunks
-        (``dropout.py``)."""
-        encoder = self.encoder.draw_inputs(src_tokens, top_device)
-        decoder = None
-        if not self.decoder.input_feeding:
-            decoder = self.decoder.draw_inputs(prev_output_tokens)
-        return StepDraws(encoder, decoder)
 
     def load_state_dict(self, state_dict, strict: bool = True, model_cfg=None, args=None):
         """fairseq's loading, after checking keys and shapes so a checkpoint of another
@@ -107,68 +59,6 @@ class HybridLSTMModel(FairseqEncoderDecoderModel):
         if strict:
             check_state_dict(self.state_dict(), state_dict)
         return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
-
-    def plan_from(self, options: dict) -> PlacementPlan:
-        return build_plan(
-            options.get("hybrid_devices"),
-            options.get("hybrid_balance"),
-            options.get("pipeline_chunks"),
-            self.encoder.num_layers,
-            self.decoder.num_layers,
-            not options.get("hybrid_head_on_master", False),
-            bool(options.get("hybrid_allow_repeated_devices", False)),
-        )
-
-    def place(self, plan: PlacementPlan) -> None:
-        """Put each LSTM layer on its device; embeddings, bridges and the master head on
-        device 0. Parameter names and shapes do not change (checkpoints stay portable)."""
-        self.__dict__["_plan"] = plan
-        encoder, decoder, master = self.encoder, self.decoder, plan.master
-        for module in (encoder.embed_tokens, decoder.embed_tokens, decoder.head):
-            module.to(master)
-        if decoder.bridge_hidden is not None:
-            decoder.bridge_hidden.to(master)
-            decoder.bridge_cell.to(master)
-        for stack in (encoder.stack, decoder.stack):
-            for index, layer in enumerate(stack.layers):
-                layer.to(plan.device_of_layer(index))
-
-    def hybrid_engine(self, cpu_threads: Optional[int] = None) -> HybridEngine:
-        """The training engine for ``--hybrid-devices``/``--pipeline-chunks``, built (and
-        the model placed) on first use by the criterion. Generation does not use it.
-        ``cpu_threads``: torch threads per CPU device worker (default: cores split)."""
-        if self._hybrid_engine is None:
-            self._hybrid_engine = self.build_engine(cpu_threads)
-            logger.info("\n" + self._hybrid_engine.plan.table())
-        return self._hybrid_engine
-
-    def build_engine(self, cpu_threads: Optional[int] = None, **options: Any) -> HybridEngine:
-        """A new engine for the placement options updated by ``options``, the model placed
-        for it; the model keeps training through its current engine until ``use_engine``."""
-        plan = self.plan_from({**self.placement_options, **options})
-        self.place(plan)
-        return HybridEngine(self, plan, cpu_threads)
-
-    def use_engine(self, engine: HybridEngine) -> None:
-        """Train through ``engine`` (from ``build_engine``) from now on. The previous engine
-        is left running: a benchmark keeps several placements warm and closes them itself."""
-        self.place(engine.plan)
-        self._hybrid_engine = engine
-
-    def configure_parallel(self, cpu_threads: Optional[int] = None, **options: Any) -> HybridEngine:
-        """Train on another placement from now on: ``options`` update the placement options
-        (``hybrid_devices``, ``pipeline_chunks``, ``hybrid_balance``,
-        ``hybrid_head_on_master``, ``hybrid_allow_repeated_devices``); the old engine's
-        workers are closed and a new engine is built and returned."""
-        self.close_engine()
-        self.placement_options = {**self.placement_options, **options}
-        return self.hybrid_engine(cpu_threads)
-
-    def close_engine(self) -> None:
-        """Stop the training engine's worker threads (a new one is built on next use)."""
-        if self._hybrid_engine is not None:
-            self._hybrid_engine.close()
-            self._hybrid_engine = None
 
     def prepare_for_inference_(self, cfg: Any) -> None:
         """fairseq-generate/-interactive: one device (fairseq's) unless the user asks for
@@ -179,24 +69,11 @@ class HybridLSTMModel(FairseqEncoderDecoderModel):
         overrides = getattr(getattr(cfg, "common_eval", None), "model_overrides", None) or "{}"
         requested = ast.literal_eval(overrides) if isinstance(overrides, str) else dict(overrides)
         if requested.get("hybrid_devices"):
-            plan = self.plan_from({**requested, "pipeline_chunks": 1})
-            self.place(plan)
+            options = PlacementOptions.from_config(SimpleNamespace(**requested))
+            self.runtime.options = options
+            plan = self.runtime.plan(chunks=1)
+            self.runtime.place(plan)
             logger.info("generation placement:\n" + plan.table())
-
-    def __getstate__(self) -> dict:
-        """Copies (``copy.deepcopy`` for fairseq's --ema, pickling) leave the training
-        engine and its worker threads behind; a copy builds its own when it trains."""
-        state = dict(super().__getstate__())
-        state["_hybrid_engine"] = None
-        return state
-
-    def _apply(self, fn, *args, **kwargs) -> nn.Module:
-        """Keep the placement through ``model.to(device)``/``.half()`` (fairseq's Trainer)."""
-        result = super()._apply(fn, *args, **kwargs)
-        plan = self.__dict__.get("_plan")
-        if plan is not None:
-            self.place(plan)
-        return result
 
     @classmethod
     def build_model(cls, cfg: HybridLSTMConfig, task: Any) -> "HybridLSTMModel":
@@ -238,12 +115,7 @@ class HybridLSTMModel(FairseqEncoderDecoderModel):
             input_feeding=cfg.input_feeding,
             max_target_positions=cfg.max_target_positions,
         )
-        placement_options = {
-            name: getattr(cfg, name, None)
-            for name in ("hybrid_devices", "hybrid_balance", "pipeline_chunks",
-                         "hybrid_head_on_master", "hybrid_allow_repeated_devices")
-        }
-        return cls(encoder, decoder, placement_options)
+        return cls(encoder, decoder, PlacementOptions.from_config(cfg))
 
 
 def parse_time_checks(args: Any) -> None:
@@ -259,8 +131,6 @@ def parse_time_checks(args: Any) -> None:
     plan = check_plan_options(args)
     if hasattr(args, "distributed_world_size"):
         adapt_fairseq_defaults(args, sum(1 for d in set(plan.devices) if d.type == "cuda"))
-    from .criterion import validate_criterion_args
-
     validate_criterion_args(args)
 
 

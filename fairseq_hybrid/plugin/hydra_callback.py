@@ -93,7 +93,7 @@ def prepare_run_config(config: DictConfig, overrides: Sequence[str]) -> None:
 def default_user_dir(common: DictConfig) -> None:
     """This package, unless the user named it; another copy of it cannot be imported
     next to this one (fairseq would stop with an ImportError in the job)."""
-    here = os.path.dirname(os.path.realpath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # the package
     given = common.get("user_dir")
     if given is None:
         common.user_dir = here
@@ -112,7 +112,7 @@ def check_run_config(config: DictConfig, overrides: Sequence[str]) -> None:
     from .checks import check_data_dir
     from .criterion import validate_criterion_args
     from .integration import adapt_fairseq_config
-    from ..parallel.placement import check_plan_options
+    from .placement_options import check_plan_options
 
     flat = Namespace()
     for group in CHECKED_GROUPS:

@@ -29,7 +29,8 @@ from .advice_report import REPLICA_LIMIT, command_line, format_report, recommend
 from ..errors import HybridConfigError
 from .jsonio import write_json_atomic
 from ..perfmodel.auto_chunks import probe_chunks
-from ..parallel.placement import PlacementPlan, check_plan_options
+from ..parallel.placement import PlacementPlan
+from ..plugin.placement_options import check_plan_options
 from ..parallel.worker import cpu_threads_per_worker
 from ..perfmodel.measure import measure_model_stage_times
 from ..perfmodel.recommend import (
@@ -122,7 +123,7 @@ def time_real_steps(model: Any, criterion: Any, sample: dict, devices: str, chun
                     balance: Optional[str], steps: int = CHECK_STEPS) -> float:
     """Median seconds of ``steps`` real training steps (forward, backward, clip, Adam)
     through the engine on ``devices``, after one warm-up step."""
-    model.configure_parallel(hybrid_devices=devices, pipeline_chunks=chunks, hybrid_balance=balance)
+    model.runtime.configure(devices=devices, chunks=chunks, balance=balance)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=1e-9)
     samples: List[float] = []
@@ -134,13 +135,13 @@ def time_real_steps(model: Any, criterion: Any, sample: dict, devices: str, chun
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
-            for device in model.hybrid_engine().plan.devices:
+            for device in model.runtime.engine.plan.devices:
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
             if index > 0:
                 samples.append(time.perf_counter() - start)
     finally:
-        model.close_engine()
+        model.runtime.close()
     return statistics.median(samples)
 
 
