@@ -90,13 +90,20 @@ class HybridLSTMEncoder(FairseqEncoder):
         """The encoder-out dict from the stack's top output (time-major) and per-layer
         final states, on ``top``'s device."""
         device = top.device
+        attended = self.attention_inputs(top, draws)
         return {
-            "encoder_out": apply_mask(top, draws.top_mask).transpose(0, 1),
-            "encoder_padding_mask": draws.tokens.to(device).eq(self.padding_idx),
+            "encoder_out": attended["encoder_out"],
+            "encoder_padding_mask": attended["encoder_padding_mask"].to(device),
             "final_hiddens": torch.stack([h.to(device) for h, _ in finals]),
             "final_cells": torch.stack([c.to(device) for _, c in finals]),
             "source_shift": self.source_shift(src_tokens, draws.tokens).to(device),
         }
+
+    def attention_inputs(self, top: Tensor, draws: "EncoderDraws") -> EncoderOut:
+        """What the head attends over: S (B x S x H, the top states dropped out, on
+        ``top``'s device) and the source padding mask (on the tokens' device)."""
+        return {"encoder_out": apply_mask(top, draws.top_mask).transpose(0, 1),
+                "encoder_padding_mask": draws.tokens.eq(self.padding_idx)}
 
     def forward(
         self, src_tokens: Tensor, src_lengths: Tensor,

@@ -26,6 +26,7 @@ from .head_shards import HeadReplicas, ShardInputs, plan_shards, sharded_head_lo
 from ..model.loss import HeadLoss, TokenLoss
 from .pipeline import DECODER, ENCODER, WavefrontPipeline
 from .placement import PlacementPlan
+from .transfer import TransferLedger, Transfers
 from .worker import DeviceWorkers
 
 
@@ -38,8 +39,17 @@ class HybridEngine:
         self.model = model
         self.plan = plan
         self.workers = workers
-        self.head_replicas = HeadReplicas()
-        self.pipeline = WavefrontPipeline.for_model(model, plan, workers)
+        self.transfers = Transfers(plan.devices)
+        self.head_replicas = HeadReplicas(self.transfers)
+        self.pipeline = WavefrontPipeline.for_model(model, plan, workers, self.transfers)
+        # where the features H and S come from (device indices): the top layers' devices,
+        # or device 0 for the step-by-step decoder of input feeding and the plain model
+        self._sources = (0, 0)
+
+    @property
+    def ledger(self) -> TransferLedger:
+        """Bytes copied between devices per route and phase, since the last ``clear``."""
+        return self.transfers.ledger
 
     @property
     def plain(self) -> bool:
@@ -54,11 +64,13 @@ class HybridEngine:
         ``forward(..., features_only=True)`` gives them."""
         master = self.plan.master
         src_tokens, prev_output_tokens = src_tokens.to(master), prev_output_tokens.to(master)
+        self._sources = (0, 0)
         if self.plain:
             features, extra = self.model(
                 src_tokens, src_lengths, prev_output_tokens, features_only=True
             )
             return features, extra["encoder_out"]
+        top = self.plan.layer_device[-1]
         draws = self.model.draw_step(
             src_tokens, prev_output_tokens,
             top_device=self.plan.device_of_layer(self.model.encoder.num_layers - 1),
@@ -68,15 +80,19 @@ class HybridEngine:
         if draws.decoder is not None:
             target, masks[DECODER] = draws.decoder.target, draws.decoder.masks
         out = self.pipeline.run(draws.encoder.source, src_lengths, target, masks)
-        encoder_out = self.model.encoder.output(
-            out.encoder_top, out.encoder_finals, src_tokens, draws.encoder
-        )
         if draws.decoder is None:
             # HybridNMT-IF: H_c of step t-1 feeds step t, so the decoder cannot be chunked
-            # in time: it runs step by step across its layers' devices, attention and
-            # combine on device 0; only the output layer and loss are split by sentences.
+            # in time: it runs step by step across its layers' devices (the model's own
+            # copies, not in the ledger), attention and combine on device 0; only the output
+            # layer and loss are split by sentences.
+            encoder_out = self.model.encoder.output(
+                out.encoder_top, out.encoder_finals, src_tokens, draws.encoder
+            )
             features, _ = self.model.decoder.extract_features(prev_output_tokens, encoder_out)
+            self._sources = (0, top)
             return features, encoder_out
+        self._sources = (top, top)
+        encoder_out = self.model.encoder.attention_inputs(out.encoder_top, draws.encoder)
         return out.decoder_top.transpose(0, 1), encoder_out
 
     # ------------------------------------------------------- data parallel
@@ -88,19 +104,22 @@ class HybridEngine:
         (``head_shards``), the same way for every device kind."""
         head = self.model.decoder.head
         master = self.plan.master
+        # H and S gathered on device 0 (their gradients go back in backward)
+        from_h, from_s = self._sources
+        features = self.transfers.differentiable(features, from_h, 0, "head_forward", "head_backward")
+        sources = self.transfers.differentiable(encoder_out["encoder_out"], from_s, 0,
+                                                "head_forward", "head_backward")
+        padding_mask = encoder_out["encoder_padding_mask"].to(master)  # made on device 0
+        target = target.to(master)
         if self.plan.head_devices == 1:
-            encoder_out = {k: v.to(master) for k, v in encoder_out.items()
-                           if k in ("encoder_out", "encoder_padding_mask")}
-            return loss_fn(head, features.to(master), encoder_out, target.to(master))
+            encoder_out = {"encoder_out": sources, "encoder_padding_mask": padding_mask}
+            return loss_fn(head, features, encoder_out, target)
         tokens_per_sentence = loss_fn.selection(target).sum(dim=1).tolist()
         mask = None
         if not loss_fn.features_are_combined:  # drawn here, once, in the plain order
             mask = head.combine_mask((sum(tokens_per_sentence), head.combined_dim), features)
-        inputs = ShardInputs(
-            features.to(master), encoder_out["encoder_out"].to(master),
-            encoder_out["encoder_padding_mask"], target, mask,
-        )
+        inputs = ShardInputs(features, sources, padding_mask, target, mask)
         return sharded_head_loss(
-            head, loss_fn, self.head_replicas, self.workers, self.plan.devices,
+            head, loss_fn, self.head_replicas, self.workers,
             plan_shards(tokens_per_sentence, self.plan.num_devices), inputs,
         )

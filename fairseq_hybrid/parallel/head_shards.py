@@ -35,6 +35,7 @@ from torch import Tensor
 from ..model.head import AttentionHead
 from ..model.loss import HeadLoss, TokenLoss, sum_head_losses
 from .placement import shard_bounds
+from .transfer import Transfers
 from .worker import DeviceWorkers, autograd_device_thread
 
 Span = Tuple[int, int]
@@ -62,14 +63,15 @@ def plan_shards(tokens_per_sentence: Sequence[int], num_devices: int) -> List[Sh
 
 class HeadReplicas:
     """One replica of the head per worker, made once; before each step its parameters are
-    pointed at the master's (``.data``: shared storage on the master's device, a copy on
-    another) and its gradients cleared, so each replica's ``.grad`` holds exactly its
+    pointed at the master's (``.data``: shared storage on device 0, a copy on another
+    device) and its gradients cleared, so each replica's ``.grad`` holds exactly its
     shard's contribution."""
 
-    def __init__(self) -> None:
+    def __init__(self, transfers: Transfers) -> None:
         self._replicas: Dict[int, AttentionHead] = {}
+        self.transfers = transfers
 
-    def for_worker(self, worker: int, head: AttentionHead, device: torch.device) -> AttentionHead:
+    def for_worker(self, worker: int, head: AttentionHead) -> AttentionHead:
         replica = self._replicas.get(worker)
         if replica is None:
             replica = self._replicas[worker] = copy.deepcopy(head)
@@ -77,7 +79,7 @@ class HeadReplicas:
         own = dict(replica.named_parameters())
         for name, param in head.named_parameters():
             target = own[name]
-            target.data = param.data if param.device == device else param.data.to(device)
+            target.data = self.transfers.to(param.data, 0, worker, "head_params")
             target.requires_grad_(param.requires_grad)
             target.grad = None
         return replica
@@ -103,8 +105,15 @@ class _ShardedHead(torch.autograd.Function):
             [(shard.worker, f"head shard {shard.worker}", run.forward_task(shard, inputs))
              for shard in run.shards]
         )
-        master = features.device
-        total = sum_head_losses([result for result, _ in outputs], master)
+        move = run.transfers
+
+        def gathered(shard: Shard, result: HeadLoss) -> HeadLoss:
+            def back(t: Optional[Tensor]) -> Optional[Tensor]:
+                return None if t is None else move.to(t.detach(), shard.worker, 0, "head_forward")
+            return HeadLoss(back(result.loss), back(result.nll_loss), back(result.n_correct))
+
+        total = sum_head_losses([gathered(shard, result)
+                                 for shard, (result, _) in zip(run.shards, outputs)])
         ctx.run, ctx.outputs, ctx.like = run, outputs, (features, sources)
         nll = total.nll_loss
         correct = total.n_correct if total.n_correct is not None else nll.new_zeros(())
@@ -119,11 +128,11 @@ class _ShardedHead(torch.autograd.Function):
         n_params = len(run.param_names)
         run.workers.run_all(
             [(shard.worker, f"backward of head shard {shard.worker}",
-              run.backward_task(result, grad_loss))
+              run.backward_task(shard, result, grad_loss))
              for shard, (result, _) in zip(run.shards, ctx.outputs)],
             autograd_device_thread([grad_loss]),
         )
-        master = features.device
+        move, phase = run.transfers, "head_backward"
         feature_grad = torch.zeros_like(features) if features.requires_grad else None
         source_grad = torch.zeros_like(sources) if sources.requires_grad else None
         param_grads: List[Optional[Tensor]] = [None] * n_params
@@ -131,12 +140,12 @@ class _ShardedHead(torch.autograd.Function):
             start, end = shard.sentences
             f_leaf, s_leaf, replica_params = leaves
             if feature_grad is not None and f_leaf.grad is not None:
-                feature_grad[start:end] = f_leaf.grad.to(master)
+                feature_grad[start:end] = move.to(f_leaf.grad, shard.worker, 0, phase)
             if source_grad is not None and s_leaf.grad is not None:
-                source_grad[start:end] = s_leaf.grad.to(master)
+                source_grad[start:end] = move.to(s_leaf.grad, shard.worker, 0, phase)
             for i, param in enumerate(replica_params):
                 if param.grad is not None:
-                    grad = param.grad.to(master)
+                    grad = move.to(param.grad, shard.worker, 0, phase)
                     param_grads[i] = grad if param_grads[i] is None else param_grads[i] + grad
         ctx.outputs = None  # free the shards' graphs
         return (None, None, feature_grad, source_grad, *param_grads)
@@ -147,7 +156,7 @@ class ShardedHeadRun:
     """One step's sharded head: the shards, the worker pool, and each shard's replica."""
 
     workers: DeviceWorkers
-    devices: Sequence[torch.device]
+    transfers: Transfers
     shards: Sequence[Shard]
     replicas: Dict[int, AttentionHead]  # worker -> the head replica it computes with
     loss_fn: TokenLoss
@@ -155,47 +164,47 @@ class ShardedHeadRun:
     grad_enabled: bool
 
     def forward_task(self, shard: Shard, inputs: ShardInputs):
-        device = self.devices[shard.worker]
         replica = self.replicas[shard.worker]
         start, end = shard.sentences
+        move, here, phase = self.transfers, shard.worker, "head_forward"
 
         def leaf(tensor: Tensor) -> Tensor:
-            return tensor[start:end].detach().to(device).requires_grad_(
+            return move.leaf(tensor[start:end], 0, here, phase).requires_grad_(
                 self.grad_enabled and tensor.requires_grad)
 
         def run() -> tuple:
             f_leaf, s_leaf = leaf(inputs.features), leaf(inputs.sources)
             mask = inputs.combine_mask
             if mask is not None:
-                mask = mask[shard.tokens[0]:shard.tokens[1]].to(device)
-            encoder_out = {"encoder_out": s_leaf,
-                           "encoder_padding_mask": inputs.padding_mask[start:end].to(device)}
+                mask = move.to(mask[shard.tokens[0]:shard.tokens[1]], 0, here, phase)
+            encoder_out = {"encoder_out": s_leaf, "encoder_padding_mask":
+                           move.to(inputs.padding_mask[start:end], 0, here, phase)}
             with torch.set_grad_enabled(self.grad_enabled):
                 result = self.loss_fn(replica, f_leaf, encoder_out,
-                                      inputs.target[start:end].to(device), mask)
+                                      move.to(inputs.target[start:end], 0, here, phase), mask)
             params = dict(replica.named_parameters())
             return result, (f_leaf, s_leaf, [params[name] for name in self.param_names])
 
         return run
 
-    def backward_task(self, result: HeadLoss, grad_loss: Tensor):
+    def backward_task(self, shard: Shard, result: HeadLoss, grad_loss: Tensor):
         def run() -> None:
             if result.loss.requires_grad:
-                torch.autograd.backward(result.loss, grad_loss.to(result.loss.device))
+                torch.autograd.backward(
+                    result.loss, self.transfers.to(grad_loss, 0, shard.worker, "head_backward"))
         return run
 
 
 def sharded_head_loss(
     head: AttentionHead, loss_fn: TokenLoss, replicas: HeadReplicas, workers: DeviceWorkers,
-    devices: Sequence[torch.device], shards: Sequence[Shard], inputs: ShardInputs,
+    shards: Sequence[Shard], inputs: ShardInputs,
 ) -> HeadLoss:
     """Summed loss, nll and correct count of the shards, each shard's forward (and, when
     grad is on, backward) on its own worker."""
     params = dict(head.named_parameters())
     run = ShardedHeadRun(
-        workers, devices, shards,
-        {shard.worker: replicas.for_worker(shard.worker, head, devices[shard.worker])
-         for shard in shards},
+        workers, replicas.transfers, shards,
+        {shard.worker: replicas.for_worker(shard.worker, head) for shard in shards},
         loss_fn, list(params), torch.is_grad_enabled(),
     )
     loss, nll, correct = _ShardedHead.apply(

@@ -32,6 +32,7 @@ from ..model.lstm_stack import LSTMStack, State, run_layer
 from .interface import HybridModel
 from .placement import PlacementPlan
 from .split import Span, even_sizes, spans
+from .transfer import Transfers
 from .worker import DeviceWorkers, autograd_device_thread
 
 ENCODER, DECODER = "encoder", "decoder"
@@ -117,11 +118,6 @@ class CellRecord:
     bridge: Optional[BridgeRecord] = None
 
 
-def leaf_on(tensor: Tensor, device: torch.device) -> Tensor:
-    """A detached copy of ``tensor`` on ``device`` that records its own gradient."""
-    return tensor.detach().to(device).requires_grad_(tensor.requires_grad)
-
-
 Masks = Dict[str, List[Optional[Tensor]]]  # side -> per-layer dropout mask (or None)
 
 
@@ -133,19 +129,22 @@ class WavefrontPipeline:
         bridge: Optional[Callable[[Tensor, Tensor], State]],
         plan: PlacementPlan,
         workers: DeviceWorkers,
+        transfers: Optional[Transfers] = None,
     ) -> None:
         self.stacks = {ENCODER: encoder_stack, DECODER: decoder_stack}
         self.num_layers = len(encoder_stack.layers)
         self.bridge = bridge  # on device 0; None when encoder and decoder sizes agree
         self.plan = plan
         self.workers = workers
+        self.transfers = transfers or Transfers(plan.devices)
 
     @classmethod
-    def for_model(cls, model: HybridModel, plan: PlacementPlan, workers: DeviceWorkers) -> "WavefrontPipeline":
+    def for_model(cls, model: HybridModel, plan: PlacementPlan, workers: DeviceWorkers,
+                  transfers: Optional[Transfers] = None) -> "WavefrontPipeline":
         """The pipeline over a ``HybridLSTMModel``'s encoder and decoder stacks."""
         decoder = model.decoder
         return cls(model.encoder.stack, decoder.stack,
-                   decoder.bridge if decoder.has_bridge else None, plan, workers)
+                   decoder.bridge if decoder.has_bridge else None, plan, workers, transfers)
 
     def run(
         self, source: Tensor, source_lengths: Tensor, target: Optional[Tensor],
@@ -204,27 +203,33 @@ class WavefrontPipeline:
         records: Dict[Key, CellRecord] = {}
         source_chunks = len(spans[ENCODER])
 
+        move, phase = self.transfers, "pipeline_forward"
+        layer_device = self.plan.layer_device
+
         def cell_task(cell: ScheduleCell) -> Callable[[], CellRecord]:
             stack = self.stacks[cell.side]
-            device = self.plan.device_of_layer(cell.layer)
+            here = layer_device[cell.layer]
             start, end = spans[cell.side][cell.chunk]
 
             def run() -> CellRecord:
                 below = input_cell(cell)
-                x = inputs[cell.side][start:end] if below is None else outputs[below]
-                input_leaf = leaf_on(x, device)
+                if below is None:  # the embeddings, on device 0
+                    input_leaf = move.leaf(inputs[cell.side][start:end], 0, here, phase)
+                else:
+                    input_leaf = move.leaf(outputs[below], layer_device[below[1]], here, phase)
                 mask = masks[cell.side][cell.layer]
                 x = apply_mask(input_leaf, None if mask is None else mask[start:end])
                 state_leaves, bridge = None, None
                 before = state_cell(cell, source_chunks)
                 if before is not None:
-                    previous = states[before]
+                    previous, there = states[before], layer_device[before[1]]
                     if cell.side == DECODER and cell.chunk == 0 and self.bridge is not None:
-                        master = self.plan.master
-                        bridge_inputs = (leaf_on(previous[0], master), leaf_on(previous[1], master))
+                        bridge_inputs = (move.leaf(previous[0], there, 0, phase),
+                                         move.leaf(previous[1], there, 0, phase))
                         bridge = BridgeRecord(bridge_inputs, self.bridge(*bridge_inputs))
-                        previous = bridge.outputs
-                    state_leaves = (leaf_on(previous[0], device), leaf_on(previous[1], device))
+                        previous, there = bridge.outputs, 0
+                    state_leaves = (move.leaf(previous[0], there, here, phase),
+                                    move.leaf(previous[1], there, here, phase))
                 steps = None
                 if cell.side == ENCODER:
                     steps = (lengths - start).clamp(min=0, max=end - start)
@@ -272,21 +277,36 @@ class WavefrontPipeline:
             for chunk, (start, end) in enumerate(spans[side]):
                 output_grads[(side, top, chunk)] = None if grad is None else grad[start:end]
 
+        layer_device = self.plan.layer_device
+        move, phase = self.transfers, "pipeline_backward"
+
+        def to_cell(grad: Optional[Tensor], source: int, destination: int) -> Optional[Tensor]:
+            return None if grad is None else move.to(grad, source, destination, phase)
+
         def backward_task(key: Key) -> Callable[[], None]:
             record = records[key]
+            side, layer, chunk = key
+            here = layer_device[layer]
+            above = layer_device[min(layer + 1, top)]  # dH of layer l comes from layer l+1's leaf
+            # the encoder's last state gets its gradient through the bridge on device 0
+            bridged = (side == ENCODER and chunk == source_chunks - 1 and self.bridge is not None
+                       and bool(spans[DECODER]))
+            state_source = 0 if bridged else here
 
             def run() -> None:
                 state_grad = state_grads.get(key, (None, None))
                 backward_from(
                     (record.output, record.state[0], record.state[1]),
-                    (output_grads.get(key), state_grad[0], state_grad[1]),
+                    (to_cell(output_grads.get(key), above, here),
+                     to_cell(state_grad[0], state_source, here),
+                     to_cell(state_grad[1], state_source, here)),
                 )
 
             return run
 
-        def bridge_task(bridge: BridgeRecord, grads: State) -> Callable[[], State]:
+        def bridge_task(bridge: BridgeRecord, grads: State, layer: int) -> Callable[[], State]:
             def run() -> State:
-                backward_from(bridge.outputs, grads)
+                backward_from(bridge.outputs, [to_cell(g, layer_device[layer], 0) for g in grads])
                 return bridge.inputs[0].grad, bridge.inputs[1].grad
             return run
 
@@ -313,7 +333,7 @@ class WavefrontPipeline:
                     continue
                 grads = (record.state_leaves[0].grad, record.state_leaves[1].grad)
                 if record.bridge is not None:
-                    bridged.append((previous, bridge_task(record.bridge, grads)))
+                    bridged.append((previous, bridge_task(record.bridge, grads, cell.layer)))
                 else:
                     add_state_grads(state_grads, previous, grads)
             if bridged:
