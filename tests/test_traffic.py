@@ -1,0 +1,83 @@
+"""The transfer ledger (parallel/transfer.py) against the performance model's bytes
+(perfmodel/traffic.py): for 2 and 4 CPU devices x K = 1..4, what a real training step
+records per (source, destination, phase) equals what the model charges, route by route."""
+import pytest
+import torch
+
+from fairseq_hybrid.parallel.transfer import PHASES, TransferLedger, Transfers
+from fairseq_hybrid.perfmodel.traffic import StepShapes, by_phase, today
+from fairseq_hybrid.plugin.criterion import HybridCrossEntropyCriterion
+from helpers import make_batch, make_dictionary, make_model, make_task, random_lengths
+
+
+def shapes_of(model, batch, dictionary) -> StepShapes:
+    head = model.decoder.head
+    tokens = batch["target"].ne(dictionary.pad()).sum(dim=1)
+    return StepShapes(
+        sentences=batch["target"].size(0),
+        source_len=batch["net_input"]["src_tokens"].size(1),
+        target_len=batch["target"].size(1),
+        encoder_hidden=model.encoder.hidden_size,
+        decoder_hidden=model.decoder.hidden_size,
+        combined_dim=head.combined_dim,
+        head_param_bytes=sum(p.numel() * p.element_size() for p in head.parameters()),
+        bridge=model.decoder.has_bridge,
+        tokens_per_sentence=tuple(int(n) for n in tokens),
+    )
+
+
+@pytest.mark.parametrize("devices", [2, 4])
+@pytest.mark.parametrize("chunks", [1, 2, 3, 4])
+def test_the_model_charges_exactly_what_a_real_step_copies(devices, chunks):
+    dictionary = make_dictionary()
+    # a bridge (hidden sizes differ) and dropout on the combined states: every route
+    model = make_model(dictionary, dtype=torch.float32, encoder_layers=4, decoder_layers=4,
+                       dropout=0.2).train()
+    batch = make_batch(dictionary, random_lengths(7, seed=devices + chunks), seed=3)
+    batch["ntokens"] = int(batch["target"].ne(dictionary.pad()).sum())
+    criterion = HybridCrossEntropyCriterion(make_task(dictionary), False, 0.1)
+    model.runtime.configure(devices=",".join(["cpu"] * devices), chunks=chunks)
+    try:
+        loss, _, _ = criterion(model, batch)
+        loss.backward()
+        recorded = model.runtime.engine.ledger.snapshot()
+        plan = model.runtime.engine.plan
+    finally:
+        model.runtime.close()
+    predicted = today(plan.layer_device, devices, shapes_of(model, batch, dictionary))
+    assert recorded == predicted
+    assert set(by_phase(recorded)) == set(PHASES)  # every phase moved something
+
+
+def test_one_device_moves_nothing_and_the_head_on_device_0_only_gathers():
+    dictionary = make_dictionary()
+    model = make_model(dictionary, dtype=torch.float32, encoder_layers=2, decoder_layers=2)
+    batch = make_batch(dictionary, random_lengths(5, seed=1), seed=1)
+    batch["ntokens"] = int(batch["target"].ne(dictionary.pad()).sum())
+    criterion = HybridCrossEntropyCriterion(make_task(dictionary), False, 0.1)
+    for devices, split, expected_phases in (("cpu", True, set()),
+                                            ("cpu,cpu", False, {"pipeline_forward", "pipeline_backward",
+                                                                "head_forward", "head_backward"})):
+        model.runtime.configure(devices=devices, chunks=2, split_head=split)
+        try:
+            criterion(model, batch)[0].backward()
+            recorded = model.runtime.engine.ledger.snapshot()
+            plan = model.runtime.engine.plan
+        finally:
+            model.runtime.close()
+        shapes = shapes_of(model, batch, dictionary)
+        assert recorded == today(plan.layer_device, plan.num_devices, shapes, split_head=split)
+        assert set(by_phase(recorded)) == expected_phases
+
+
+def test_the_ledger_counts_by_index_and_a_move_counts_its_gradient_back():
+    ledger = TransferLedger()
+    move = Transfers([torch.device("cpu")] * 3, ledger)
+    x = torch.ones(4, 5, requires_grad=True)
+    y = move.differentiable(x, 2, 0, "head_forward", "head_backward")
+    assert move.to(x, 1, 1, "head_forward") is x  # same index: no record
+    (y * 3).sum().backward()
+    assert torch.equal(x.grad, torch.full((4, 5), 3.0))
+    assert ledger.snapshot() == {(2, 0, "head_forward"): 80, (0, 2, "head_backward"): 80}
+    with pytest.raises(ValueError, match="phase 'elsewhere'"):
+        ledger.record(0, 1, "elsewhere", 1)
