@@ -31,10 +31,12 @@ import torch
 from fairseq_hybrid.perfmodel import (
     PRESETS, BatchSize, Link, ModelSize, measure_concurrency, predict_speedups,
 )
+from fairseq_hybrid.perfmodel.profiles import PROFILES
 from fairseq_hybrid.perfmodel.measure import median
 
 from .jsonio import write_json_atomic
 from .models import build_model, measure_stage_times, synthetic_sample
+from .pipeline_profile import format_profile_report, measured_report, parse_link, profile_report
 from .pipeline_model_report import phase_times, stage_summary, format_report
 
 
@@ -243,7 +245,14 @@ def run(
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="small")
-    parser.add_argument("--devices", type=int, help="largest N to predict (default: small 2, wmt 4)")
+    parser.add_argument("--devices", help="device counts to predict: a list (1,2,4) or the "
+                        "largest N (default: small 2, wmt 4)")
+    parser.add_argument("--profile", choices=[*PROFILES, "measured"],
+                        help="predict GPUs from FLOPs and bytes at a named profile's rates "
+                        "(measured: stage times measured on --device), beside fairseq's DDP "
+                        "of the same model; prints every assumption")
+    parser.add_argument("--link", help="with --profile: the link between devices: nvlink "
+                        "(the profile's), pcie, ib, or a bandwidth in GB/s")
     parser.add_argument("--chunks", help="comma-separated K values (default: small 1,2,4; "
                         "wmt 1,2,4,8,16)")
     parser.add_argument("--validate", action="store_true",
@@ -268,10 +277,33 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         sys.exit(f"pipeline_model.py: error: --chunks {args.chunks!r}: comma-separated integers")
     if chunks is not None and min(chunks) < 1:
         sys.exit("pipeline_model.py: error: --chunks values must be >= 1")
-    if args.devices is not None and args.devices < 1:
-        sys.exit("pipeline_model.py: error: --devices must be >= 1")
     try:
-        report = run(args.preset, args.quick, args.validate, args.devices, chunks,
+        counts = [int(n) for n in args.devices.split(",")] if args.devices else None
+    except ValueError:
+        sys.exit(f"pipeline_model.py: error: --devices {args.devices!r}: comma-separated integers")
+    if counts is not None and min(counts) < 1:
+        sys.exit("pipeline_model.py: error: --devices must be >= 1")
+    if counts is not None and len(counts) == 1:
+        counts = list(range(1, counts[0] + 1))
+    if args.profile:
+        try:
+            link = parse_link(args.link)
+            preset_layers = PRESETS[args.preset].model.layers
+            counts = counts or list(range(1, min(4, preset_layers) + 1))
+            chunk_list = chunks or [1, 2, 4, 8, 16]
+            if args.profile == "measured":
+                report = measured_report(args.device, args.preset, counts, chunk_list, link)
+            else:
+                report = profile_report(args.profile, args.preset, counts, chunk_list, link)
+        except ValueError as error:
+            sys.exit(f"pipeline_model.py: error: {error}")
+        print(format_profile_report(report))
+        out = args.json or f"results/bench/pipeline-model-{args.preset}-{args.profile}.json"
+        write_json_atomic(report, out)
+        print(f"wrote {out}")
+        return
+    try:
+        report = run(args.preset, args.quick, args.validate, max(counts) if counts else None, chunks,
                      args.bandwidth_gbs, args.latency_us, args.repeats,
                      progress=lambda m: print(f"  .. {m}", file=sys.stderr, flush=True),
                      device=args.device, sentences=args.sentences)

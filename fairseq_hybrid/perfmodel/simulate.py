@@ -13,8 +13,11 @@ and the step and speedup predictions built on it.
 - ``cuda`` (what the same code does on GPUs): the host's per-cycle barrier only waits for
   kernel *launches*, so execution is *dataflow*: each device runs its cells in issue order,
   a cell starting when its inputs (plus a transfer, if they come from another device) are
-  ready; backward likewise, and the head's shards run forward and backward in parallel, plus
-  the copy of the head's parameters to each replica and the reduction of their gradients.
+  ready; backward likewise, and the head's shards run forward and backward in parallel.
+  Between them, the head's traffic as the code moves it (``traffic.today``: H and S
+  gathered on device 0 and sliced out, the parameters copied to each replica, the
+  gradients brought back one device at a time and added on device 0, dH and dS back), all
+  issued from device 0 one after another.
   The optimizer step ("rest") scales with the largest share of the parameters on one device
   (embeddings and head stay on device 0).
 
@@ -29,6 +32,7 @@ from ..parallel.pipeline import Key, ScheduleCell, clock_cycles, input_cell, sta
 from ..parallel.placement import shard_bounds
 from .sizes import Link, layer_map
 from .stage_times import StageTimes
+from .traffic import StepShapes, today
 
 SEMANTICS = ("cpu-workers", "cuda")
 
@@ -158,7 +162,9 @@ def predict_step(
     cells = stage.cells[chunks]
     mapping = layer_map(devices, stage.model.layers, balance)
     plain = devices == 1 and chunks == 1
-    common = dict(output_bytes=cells.output_bytes, state_bytes=cells.state_bytes, link=link)
+    bridge = (stage.model.decoder_hidden or stage.model.hidden) != stage.model.hidden
+    common = dict(output_bytes=cells.output_bytes, state_bytes=cells.state_bytes if bridge else 0,
+                  link=link)
     run_all = stage.cycle_overhead.get(devices, 0.0)
     if semantics == "cpu-workers":
         forward = simulate_pipeline(
@@ -190,12 +196,7 @@ def predict_step(
         head_backward = head_backward * factor + run_all
     head_comm = 0.0
     if semantics == "cuda" and devices > 1:
-        last = mapping[-1]
-        moved = sum(s for index, s in enumerate(shards) if index != last and s > 0)
-        # H and S shards out (forward) and their gradients back (backward), issued serially
-        head_comm += 2 * link.cost(moved * stage.head_input_bytes_per_sentence, count=2)
-        # replicate the head's parameters, reduce their gradients (pipelined broadcast)
-        head_comm += 2 * link.cost(stage.head_param_bytes)
+        head_comm = head_traffic_seconds(stage, mapping, devices, link)
     # the optimizer step: one thread for CPU devices; on GPUs each device updates its own
     # parameters concurrently (kernels launched asynchronously), so the busiest one counts
     rest = stage.rest if semantics == "cpu-workers" else stage.rest * stage.rest_share(mapping)
@@ -211,6 +212,29 @@ def predict_step(
     }
     parts["total"] = sum(parts.values())
     return parts
+
+
+def step_shapes(stage: StageTimes) -> StepShapes:
+    """The shapes that decide a step's traffic, from what the stage times were taken on."""
+    model, batch = stage.model, stage.batch
+    query = model.decoder_hidden or model.hidden
+    dropout = model.dropout if model.dropout_out is None else model.dropout_out
+    return StepShapes(batch.sentences, batch.source_len, batch.target_len, model.hidden, query,
+                      model.embed, stage.head_param_bytes, stage.activation_bytes,
+                      combine_dropout=dropout > 0, bridge=query != model.hidden)
+
+
+def head_traffic_seconds(stage: StageTimes, layer_device: Sequence[int], devices: int,
+                         link: Link) -> float:
+    """Today's head traffic (``traffic.today``'s head routes) issued from device 0 one
+    copy after another, plus the additions of each replica's gradients on device 0 (read
+    two, write one) at the device's memory bandwidth."""
+    routes = today(layer_device, devices, step_shapes(stage))
+    seconds = sum(link.cost(nbytes) for (_, _, phase), nbytes in routes.items()
+                  if phase.startswith("head"))
+    if stage.memory_bytes_per_s > 0:
+        seconds += 3 * (devices - 1) * stage.head_param_bytes / stage.memory_bytes_per_s
+    return seconds
 
 
 def predict_speedups(

@@ -51,9 +51,10 @@ class Link:
 @dataclass(frozen=True)
 class Preset:
     model: ModelSize
-    batch: BatchSize
+    batch: BatchSize  # measured on this CPU
     quick_batch: BatchSize
     note: str = ""
+    gpu_batch: Optional[BatchSize] = None  # what a GPU trains with (modelled by profiles)
 
 
 PRESETS: Dict[str, Preset] = {
@@ -66,6 +67,7 @@ PRESETS: Dict[str, Preset] = {
         ModelSize(4, 1000, 1000, 32000, dropout=0.1, dropout_out=0.0),
         BatchSize(32, 27, 27), BatchSize(16, 25, 25),
         note="batch scaled down from 64-128 sentences for CPU measurement",
+        gpu_batch=BatchSize(250, 32, 32),  # --max-tokens 8000
     ),
 }
 

@@ -1,0 +1,135 @@
+"""``python -m benchmarks.pipeline_model --profile NAME``: the performance model for GPUs
+without one. Stage times come from FLOPs and bytes at a named profile's rates
+(``fairseq_hybrid/perfmodel/profiles.py``; ``measured``: this machine's device, measured),
+the head's traffic as the code moves it (``perfmodel/traffic.py``, the engine's ledger),
+and beside today's hybrid schedule, fairseq's data parallelism (DDP) of the same model at
+the same global batch and at N x the batch. Every assumption is printed with the numbers,
+with the range the least certain ones span and a 25 GB/s (PCIe-class) link row."""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Any, Dict, List, Optional, Sequence
+
+from fairseq_hybrid.perfmodel.compare import Prediction, compare, compare_profile, fastest
+from fairseq_hybrid.perfmodel.profiles import LINKS, PROFILES, DeviceProfile, sensitivity_variants, with_link
+from fairseq_hybrid.perfmodel.sizes import PRESETS, BatchSize, Link, ModelSize
+
+MODELLED = "modelled, not measured: no GPU has run this"
+SCHEMES = (("hybrid", "hybrid (today's schedule)"), ("ddp_same_batch", "DDP, same global batch"),
+           ("ddp_n_batch", "DDP, N x the batch"))
+
+
+def parse_link(text: Optional[str]) -> Link:
+    """``--link``: nvlink (the profile's), pcie, ib, or a bandwidth in GB/s."""
+    if text is None:
+        return Link()
+    if text in LINKS:
+        return LINKS[text]
+    try:
+        gbs = float(text)
+    except ValueError:
+        raise ValueError(f"--link {text!r}: one of {', '.join(LINKS)} or a bandwidth in GB/s") from None
+    if gbs <= 0:
+        raise ValueError(f"--link {text!r}: a bandwidth > 0 GB/s")
+    return Link(gbs * 1e9, LINKS["pcie"].latency_s)
+
+
+def rows_json(rows: Dict[str, List[Prediction]]) -> Dict[str, List[Dict[str, Any]]]:
+    return {name: [{k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(p).items()}
+                   for p in predictions] for name, predictions in rows.items()}
+
+
+def profile_report(profile_name: str, preset: str, device_counts: Sequence[int],
+                   chunk_counts: Sequence[int], link: Link,
+                   batch: Optional[BatchSize] = None) -> Dict[str, Any]:
+    """The predictions for ``profile_name`` (not ``measured``), JSON-ready."""
+    spec = PRESETS[preset]
+    model: ModelSize = spec.model
+    batch = batch or spec.gpu_batch or spec.batch
+    profile: DeviceProfile = with_link(PROFILES[profile_name], link)
+    links = {"profile's link" if link.bandwidth_bytes_per_s <= 0 else "--link": profile.link,
+             "25 GB/s (PCIe-class)": Link(25e9, LINKS["pcie"].latency_s)}
+    report: Dict[str, Any] = {
+        "what": "hybrid (today's schedule) vs fairseq DDP of the same model; " + MODELLED,
+        "profile": profile.assumptions(), "profile_lines": profile.lines(), "preset": preset,
+        "model": asdict(model), "batch": asdict(batch), "chunks": list(chunk_counts),
+        "speedup": "target tokens/s over the same model on 1 device at the global batch",
+        "links": {}, "sensitivity": {},
+    }
+    for label, each in links.items():
+        rows = compare_profile(profile, model, batch, device_counts, chunk_counts, each)
+        report["links"][label] = {
+            "bandwidth_gbs": each.bandwidth_bytes_per_s / 1e9, "latency_us": each.latency_s * 1e6,
+            "rows": rows_json(rows),
+            "fastest_same_batch": {n: fastest(rows, n) for n in device_counts if n > 1},
+        }
+    largest = max(device_counts)
+    for label, variant in {"as profiled": profile, **sensitivity_variants(profile)}.items():
+        rows = compare_profile(variant, model, batch, [largest], chunk_counts)
+        report["sensitivity"][label] = {
+            name: next(p.speedup for p in rows[name] if p.devices == largest)
+            for name, _ in SCHEMES
+        }
+    return report
+
+
+def measured_report(device: str, preset: str, device_counts: Sequence[int],
+                    chunk_counts: Sequence[int], link: Link, repeats: int = 3) -> Dict[str, Any]:
+    """The same comparison from stage times measured on ``device`` (this machine)."""
+    from .models import measure_stage_times
+
+    spec = PRESETS[preset]
+    batch = spec.batch
+
+    def stage_for(b: BatchSize, chunks: Sequence[int], devices: Sequence[int]):
+        return measure_stage_times(spec.model, b, list(chunks), list(devices), repeats, 1,
+                                   device=device)
+
+    started = time.perf_counter()
+    rows = compare(stage_for, spec.model.layers, batch, device_counts, chunk_counts, link)
+    return {"what": f"hybrid vs DDP from stage times measured on {device}", "preset": preset,
+            "model": asdict(spec.model), "batch": asdict(batch),
+            "links": {"--link": {"bandwidth_gbs": link.bandwidth_bytes_per_s / 1e9,
+                                 "latency_us": link.latency_s * 1e6, "rows": rows_json(rows),
+                                 "fastest_same_batch": {n: fastest(rows, n) for n in device_counts if n > 1}}},
+            "elapsed_s": round(time.perf_counter() - started, 1)}
+
+
+def format_profile_report(report: Dict[str, Any]) -> str:
+    lines = [report["what"], ""]
+    lines += report.get("profile_lines", [])
+    model, batch = report["model"], report["batch"]
+    lines.append(f"model: {model['layers']}+{model['layers']} layers x {model['hidden']}, vocabulary "
+                 f"{model['vocab']}; batch {batch['sentences']} sentences x {batch['source_len']} "
+                 f"source / {batch['target_len']} target tokens")
+    lines.append("speedup: " + report.get("speedup", "over 1 device"))
+    for label, entry in report["links"].items():
+        lines.append("")
+        lines.append(f"link {label}: {entry['bandwidth_gbs']:.0f} GB/s, {entry['latency_us']:.0f} us")
+        counts = [row["devices"] for row in entry["rows"]["ddp_same_batch"]]
+        lines.append(f"  {'scheme':<28}" + "".join(f"{n:>4} dev   " for n in counts))
+        for name, title in SCHEMES:
+            cells = {row["devices"]: row for row in entry["rows"][name]}
+            text = ""
+            for n in counts:
+                row = cells.get(n)
+                if row is None:
+                    text += f"{'-':>10} "
+                else:
+                    k = f" K{row['chunks']}" if row.get("chunks") else ""
+                    text += f"{row['speedup']:>5.2f}x{k:<4} "
+            lines.append(f"  {title:<28}{text}")
+        verdict = {n: name for n, name in entry["fastest_same_batch"].items()}
+        lines.append("  fastest at the same batch: " + ", ".join(
+            f"{n} dev: {'hybrid' if v == 'hybrid' else 'DDP'}" for n, v in verdict.items()))
+    if report.get("sensitivity"):
+        lines.append("")
+        lines.append("sensitivity (largest N, profile's link):")
+        for label, values in report["sensitivity"].items():
+            lines.append(f"  {label:<30} hybrid {values['hybrid']:.2f}x, DDP same batch "
+                         f"{values['ddp_same_batch']:.2f}x, DDP N x batch {values['ddp_n_batch']:.2f}x")
+        for name, title in SCHEMES:
+            values = [v[name] for v in report["sensitivity"].values()]
+            lines.append(f"  range {title}: {min(values):.2f}x - {max(values):.2f}x")
+    return "\n".join(lines)

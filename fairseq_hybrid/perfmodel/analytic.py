@@ -1,0 +1,142 @@
+"""Stage times from FLOPs and bytes: what one device of a ``DeviceProfile`` would measure,
+for a model and batch, in the ``StageTimes`` form the simulator reads — so several GPUs
+can be predicted without one. Every term is a count of this code's work (FLOPs of its
+matrix products at the profile's rates, bytes of its elementwise passes at the profile's
+memory bandwidth, launches at its overheads); the counts are in the functions below.
+
+The loss's passes over the logits (``model/loss.py``, 16-bit training): the projection
+writes them (2 bytes), ``smoothed_token_loss`` casts them to float32 (read 2, write 4),
+``logsumexp`` reads them twice and writes and reads two float32 temporaries (24), the
+smoothing sum reads them (4); backward turns them into the gradient in place with four
+float32 passes (sub, exp, mul, sub: 32) and the cast's backward writes the 16-bit
+gradient (read 4, write 2): 72 bytes per logit (float32 training: 60, no casts).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Sequence, Tuple
+
+from ..parallel.pipeline import DECODER, ENCODER, Key, chunk_bounds
+from .profiles import DeviceProfile
+from .sizes import BatchSize, ModelSize
+from .stage_times import CellTimes, StageTimes
+
+GATE_ELEMENTS_FORWARD = 12  # per hidden unit per step: 4 gates in, 4 out, c, tanh c, h (r/w)
+LOGIT_BYTES_16BIT = (34, 38)  # forward, backward bytes per logit (see the module docstring)
+LOGIT_BYTES_32BIT = (28, 32)
+HEAD_KERNELS = (30, 60)  # forward, backward launches of one head shard
+
+
+def lstm_flops_per_token(inputs: int, hidden: int) -> int:
+    """Forward FLOPs of one LSTM layer for one token: 4 gates x (W_i x + W_h h)."""
+    return 2 * 4 * hidden * (inputs + hidden)
+
+
+def lstm_cell_seconds(profile: DeviceProfile, steps: int, sentences: int, inputs: int,
+                      hidden: int) -> Tuple[float, float]:
+    """Forward and backward seconds of one pipeline cell: ``steps`` time steps of one
+    layer over ``sentences`` sentences (backward: twice the products, dX and dW)."""
+    flops = lstm_flops_per_token(inputs, hidden) * steps * sentences
+    gates = GATE_ELEMENTS_FORWARD * hidden * steps * sentences * profile.activation_bytes
+    compute = flops / profile.lstm_rate(sentences)
+    forward = profile.cell_overhead_s + compute + gates / profile.memory_bytes_per_s
+    backward = profile.cell_overhead_s + 2 * compute + 2 * gates / profile.memory_bytes_per_s
+    return forward, backward
+
+
+def head_seconds(profile: DeviceProfile, model: ModelSize, batch: BatchSize,
+                 sentences: int) -> Tuple[float, float]:
+    """Forward and backward seconds of the head + loss on one shard of ``sentences``."""
+    if sentences <= 0:
+        return 0.0, 0.0
+    tokens = sentences * batch.target_len
+    source, query = model.hidden, model.decoder_hidden or model.hidden
+    combined, vocab = model.embed, model.vocab
+    flops = 2 * tokens * (
+        query * source  # W_a h
+        + 2 * batch.source_len * source  # scores and context
+        + (query + source) * combined  # W_c [h; c]
+        + combined * vocab  # the output layer
+    )
+    logit_bytes = LOGIT_BYTES_16BIT if profile.activation_bytes == 2 else LOGIT_BYTES_32BIT
+    attention_bytes = tokens * batch.source_len * 4 * 6  # float32 softmax over the scores
+    launches = [k * profile.kernel_overhead_s for k in HEAD_KERNELS]
+    forward = (flops / profile.gemm_flops + launches[0]
+               + (tokens * vocab * logit_bytes[0] + attention_bytes) / profile.memory_bytes_per_s)
+    backward = (2 * flops / profile.gemm_flops + launches[1]
+                + (tokens * vocab * logit_bytes[1] + 2 * attention_bytes) / profile.memory_bytes_per_s)
+    return forward, backward
+
+
+@dataclass(frozen=True)
+class ParameterCounts:
+    master: int  # on device 0 whatever the plan: embeddings, bridge, head
+    head: int  # W_a, W_c, W_o, b_o
+    layers: Tuple[int, ...]  # encoder + decoder layer l
+    tensors: int  # parameter tensors in all (the optimizer's loop)
+
+    @property
+    def total(self) -> int:
+        return self.master + sum(self.layers)
+
+
+def parameter_counts(model: ModelSize) -> ParameterCounts:
+    query = model.decoder_hidden or model.hidden
+    head = query * model.hidden + (query + model.hidden) * model.embed + model.embed * model.vocab + model.vocab
+    bridge = 2 * (model.hidden * query + query) if query != model.hidden else 0
+    layers = []
+    for layer in range(model.layers):
+        encoder_in = model.embed if layer == 0 else model.hidden
+        decoder_in = model.embed if layer == 0 else query
+        layers.append(4 * model.hidden * (encoder_in + model.hidden + 2)
+                      + 4 * query * (decoder_in + query + 2))
+    tensors = 2 + 8 * model.layers + 4 + (4 if bridge else 0)
+    return ParameterCounts(2 * model.vocab * model.embed + bridge + head, head, tuple(layers), tensors)
+
+
+def stage_times_from_profile(
+    model: ModelSize, batch: BatchSize, profile: DeviceProfile, chunk_counts: Sequence[int],
+    device_counts: Sequence[int],
+) -> StageTimes:
+    """``StageTimes`` of ``model`` on ``batch`` as one device of ``profile`` would run them."""
+    act = profile.activation_bytes
+    query = model.decoder_hidden or model.hidden
+    cells: Dict[int, CellTimes] = {}
+    for chunks in sorted(set(chunk_counts) | {1}):
+        forward: Dict[Key, float] = {}
+        backward: Dict[Key, float] = {}
+        output_bytes: Dict[Key, int] = {}
+        spans = {ENCODER: chunk_bounds(batch.source_len, chunks),
+                 DECODER: chunk_bounds(batch.target_len, chunks)}
+        for side, hidden in ((ENCODER, model.hidden), (DECODER, query)):
+            for layer in range(model.layers):
+                inputs = model.embed if layer == 0 else hidden
+                for chunk, (start, end) in enumerate(spans[side]):
+                    key = (side, layer, chunk)
+                    forward[key], backward[key] = lstm_cell_seconds(
+                        profile, end - start, batch.sentences, inputs, hidden)
+                    output_bytes[key] = (end - start) * batch.sentences * hidden * act
+        cells[chunks] = CellTimes(chunks, len(spans[ENCODER]), len(spans[DECODER]),
+                                  model.layers, forward, backward, output_bytes,
+                                  2 * batch.sentences * model.hidden * act)
+    shard_sizes = sorted({-(-batch.sentences // n) for n in device_counts} | {batch.sentences})
+    heads = {s: head_seconds(profile, model, batch, s) for s in shard_sizes}
+    counts = parameter_counts(model)
+    bandwidth = profile.memory_bytes_per_s
+    embed_bytes = batch.sentences * (batch.source_len + batch.target_len) * model.embed * act
+    rest = (counts.total * profile.optimizer_bytes_per_param / bandwidth
+            + counts.tensors * profile.optimizer_kernels_per_tensor * profile.kernel_overhead_s)
+    return StageTimes(
+        model, batch, threads=0, repeats=0, cells=cells,
+        embed_forward=3 * embed_bytes / bandwidth + 4 * profile.kernel_overhead_s,
+        embed_backward=(2 * embed_bytes + 4 * model.vocab * model.embed * act) / bandwidth
+        + 4 * profile.kernel_overhead_s,
+        head_forward={s: f for s, (f, _) in heads.items()},
+        head_backward={s: b for s, (_, b) in heads.items()},
+        head_param_bytes=counts.head * act,
+        head_input_bytes_per_sentence=(batch.target_len * query + batch.source_len * model.hidden) * act,
+        rest=rest, cycle_overhead={n: 0.0 for n in device_counts}, device=profile.name,
+        param_bytes_master=counts.master * act,
+        param_bytes_layer=tuple(n * act for n in counts.layers),
+        activation_bytes=act, memory_bytes_per_s=bandwidth,
+    )
