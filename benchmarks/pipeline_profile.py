@@ -11,7 +11,7 @@ import time
 from dataclasses import asdict
 from typing import Any, Dict, List, Optional, Sequence
 
-from fairseq_hybrid.perfmodel.compare import Prediction, compare, compare_profile, fastest
+from fairseq_hybrid.perfmodel.compare import SchemePrediction, compare, compare_profile, fastest
 from fairseq_hybrid.perfmodel.profiles import LINKS, PROFILES, DeviceProfile, sensitivity_variants, with_link
 from fairseq_hybrid.perfmodel.sizes import PRESETS, BatchSize, Link, ModelSize
 
@@ -35,7 +35,7 @@ def parse_link(text: Optional[str]) -> Link:
     return Link(gbs * 1e9, LINKS["pcie"].latency_s)
 
 
-def rows_json(rows: Dict[str, List[Prediction]]) -> Dict[str, List[Dict[str, Any]]]:
+def rows_json(rows: Dict[str, List[SchemePrediction]]) -> Dict[str, List[Dict[str, Any]]]:
     return {name: [{k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(p).items()}
                    for p in predictions] for name, predictions in rows.items()}
 

@@ -126,6 +126,13 @@ def test_advise_cli_on_the_sample(tmp_path):
     assert report["command"] in proc.stdout and "--pipeline-chunks" in proc.stdout
     assert [item["max_tokens"] for item in report["sweep"]] == sorted(item["max_tokens"] for item in report["sweep"])
     assert report["check"]["measured_step_s"] > 0
+    versus = report["versus_ddp"]  # fairseq's DDP of the same model, same global batch
+    assert versus["devices"] == 2 and versus["ddp_max_tokens_per_process"] == 200
+    row = next(r for r in report["recommendations"] if r["setting"] == "parallelism")
+    faster = max(versus["ddp_predicted_tokens_per_s"], versus["hybrid_predicted_tokens_per_s"])
+    assert row["tokens_per_s"] == faster
+    assert row["value"] == ("fairseq DDP" if versus["faster"] == "ddp" else "hybrid")
+    assert ("train with DDP" in row["why"]) == (versus["faster"] == "ddp")
     bad = subprocess.run([str(BIN / "python"), "-m", "fairseq_hybrid.tools.advise", *args[:-4], "--link-gbps", "0"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert bad.returncode == 1

@@ -25,7 +25,7 @@ BUCKET_BYTES = 25 * 2**20  # torch DDP's default bucket_cap_mb
 
 
 @dataclass(frozen=True)
-class Prediction:
+class SchemePrediction:
     devices: int
     step_s: float
     sentences: int  # per step, all devices together
@@ -67,27 +67,27 @@ def ddp_step(stage: StageTimes, devices: int, link: Link) -> Dict[str, float]:
 
 
 def compare(stage_for: StageFor, layers: int, batch: BatchSize, device_counts: Sequence[int],
-            chunk_counts: Sequence[int], link: Link) -> Dict[str, List[Prediction]]:
+            chunk_counts: Sequence[int], link: Link) -> Dict[str, List[SchemePrediction]]:
     """Per N: today's hybrid schedule at its fastest K, DDP at the same global batch, DDP
     at N x the batch, all over ``link``, from stage times ``stage_for`` gives."""
     counts = sorted(set(device_counts) | {1})
     chunks = sorted(set(chunk_counts) | {1})
     stage = stage_for(batch, chunks, counts)
     base = predict_step(stage, 1, 1, "cuda", link)["total"]
-    rows: Dict[str, List[Prediction]] = {"hybrid": [], "ddp_same_batch": [], "ddp_n_batch": []}
+    rows: Dict[str, List[SchemePrediction]] = {"hybrid": [], "ddp_same_batch": [], "ddp_n_batch": []}
     whole = ddp_step(stage_for(batch, [1], [1]), 1, link)["compute"]
     for n in counts:
         if n <= layers:
             steps = {k: predict_step(stage, n, k, "cuda", link)["total"] for k in chunks}
             k = min(steps, key=steps.get)
-            rows["hybrid"].append(Prediction(n, steps[k], batch.sentences, base / steps[k], k))
+            rows["hybrid"].append(SchemePrediction(n, steps[k], batch.sentences, base / steps[k], k))
         share = BatchSize(math.ceil(batch.sentences / n), batch.source_len, batch.target_len)
         same = ddp_step(stage_for(share, [1], [1]), n, link)
-        rows["ddp_same_batch"].append(Prediction(n, same["total"], batch.sentences,
+        rows["ddp_same_batch"].append(SchemePrediction(n, same["total"], batch.sentences,
                                                  base / same["total"],
                                                  exposed_allreduce_s=same["exposed_allreduce"]))
         exposed = ddp_step(stage_for(batch, [1], [1]), n, link)["exposed_allreduce"]
-        rows["ddp_n_batch"].append(Prediction(n, whole + exposed, n * batch.sentences,
+        rows["ddp_n_batch"].append(SchemePrediction(n, whole + exposed, n * batch.sentences,
                                               n * base / (whole + exposed),
                                               exposed_allreduce_s=exposed))
     return rows
@@ -95,14 +95,14 @@ def compare(stage_for: StageFor, layers: int, batch: BatchSize, device_counts: S
 
 def compare_profile(profile: DeviceProfile, model: ModelSize, batch: BatchSize,
                     device_counts: Sequence[int], chunk_counts: Sequence[int],
-                    link: Link = Link()) -> Dict[str, List[Prediction]]:
+                    link: Link = Link()) -> Dict[str, List[SchemePrediction]]:
     """``compare`` with stage times from ``profile`` (``link`` overrides its link)."""
     profile = with_link(profile, link)
     return compare(profile_stages(profile, model), model.layers, batch, device_counts,
                    chunk_counts, profile.link)
 
 
-def fastest(rows: Dict[str, List[Prediction]], devices: int, same_batch: bool = True) -> str:
+def fastest(rows: Dict[str, List[SchemePrediction]], devices: int, same_batch: bool = True) -> str:
     """Which of hybrid and DDP (at the same batch, or also DDP at N x batch) is predicted
     faster on ``devices`` devices."""
     names = ["hybrid", "ddp_same_batch"] + ([] if same_batch else ["ddp_n_batch"])

@@ -68,6 +68,22 @@ def recommendation_rows(
                            f"one more replica: {replicas.next_allreduce_s:.3f} s ")
                         +
                         "(tok/s: all-reduce after backward, as legacy_ddp runs it)"})
+    versus = report.get("versus_ddp")
+    if versus:
+        ddp_wins = versus["faster"] == "ddp"
+        rows.append({
+            "setting": "parallelism", "value": "fairseq DDP" if ddp_wins else "hybrid",
+            "tokens_per_s": max(versus["ddp_predicted_tokens_per_s"],
+                                versus["hybrid_predicted_tokens_per_s"]), "error": "-",
+            "why": (f"fairseq's DDP of this model over {versus['devices']} processes (--max-tokens "
+                    f"{versus['ddp_max_tokens_per_process']} each, the same global batch) is "
+                    f"predicted faster than hybrid: {versus['ddp_predicted_tokens_per_s']:,.0f} vs "
+                    f"{versus['hybrid_predicted_tokens_per_s']:,.0f} tok/s; train with DDP"
+                    if ddp_wins else
+                    f"hybrid is predicted faster than fairseq's DDP of this model at the same "
+                    f"global batch: {versus['hybrid_predicted_tokens_per_s']:,.0f} vs "
+                    f"{versus['ddp_predicted_tokens_per_s']:,.0f} tok/s")
+                   + f" ({versus['note']})"})
     recommended = knee if fits is None else min(knee, fits)
     rows.append({"setting": "--max-tokens (recommended)", "value": str(recommended),
                  "option_value": str(recommended),

@@ -33,8 +33,9 @@ from ..parallel.placement import PlacementPlan
 from ..plugin.placement_options import check_plan_options
 from ..parallel.worker import cpu_threads_per_worker
 from ..perfmodel.measure import measure_model_stage_times
+from ..perfmodel.compare import ddp_step
 from ..perfmodel.recommend import (
-    batch_knee, best_balance, best_chunks, device_knee, memory_limit, replica_knee,
+    Prediction, batch_knee, best_balance, best_chunks, device_knee, memory_limit, replica_knee,
     with_fitted_cells,
 )
 from ..perfmodel.sizes import BatchSize, Link, ModelSize
@@ -145,6 +146,28 @@ def time_real_steps(model: Any, criterion: Any, sample: dict, devices: str, chun
     return statistics.median(samples)
 
 
+def compare_with_ddp(model: Any, task: Any, dataset: Any, args: argparse.Namespace,
+                     plan: PlacementPlan, threads: int, link: Link, semantics: str, given: int,
+                     given_tokens: int, hybrid: Prediction) -> Dict[str, Any]:
+    """fairseq's data parallelism of the same model over the same devices at the same
+    global batch (each process 1/N of --max-tokens, measured at that batch) against the
+    recommended hybrid configuration, both predicted by the same model."""
+    n = plan.num_devices
+    share = representative_batch(dataset, max(1, given // n), args)
+    stage = measure_batch(model, task, share, plan, threads)
+    ddp = ddp_step(stage, n, link)
+    ddp_tokens_per_s = n * int(share["ntokens"]) / ddp["total"]
+    winner = "hybrid" if hybrid.tokens_per_s >= ddp_tokens_per_s else "ddp"
+    return {"devices": n, "ddp_max_tokens_per_process": max(1, given // n),
+            "ddp_predicted_step_s": round(ddp["total"], 5),
+            "ddp_exposed_allreduce_s": round(ddp["exposed_allreduce"], 5),
+            "ddp_predicted_tokens_per_s": round(ddp_tokens_per_s, 1),
+            "hybrid_predicted_tokens_per_s": round(hybrid.tokens_per_s, 1),
+            "hybrid_tokens_per_step": given_tokens, "faster": winner,
+            "note": "CPU devices: the all-reduce is free in the model (shared memory)"
+                    if semantics == "cpu-workers" else f"link {link.bandwidth_bytes_per_s / 1e9:g} GB/s"}
+
+
 def advise(args: argparse.Namespace, progress=lambda message: None) -> Dict[str, Any]:
     started = time.perf_counter()
     plan = check_plan_options(args, argv=[])
@@ -185,6 +208,8 @@ def advise(args: argparse.Namespace, progress=lambda message: None) -> Dict[str,
     replicas = replica_knee(balanced, grad_bytes, args.link_gbps, args.link_latency_us * 1e-6,
                             limit=REPLICA_LIMIT)
 
+    versus_ddp = compare_with_ddp(model, task, dataset, args, plan, threads, link, semantics,
+                                  given, tokens_of(given), balanced) if n > 1 else None
     progress(f"timing {CHECK_STEPS} real steps of the recommendation on {devices}")
     measured_step = time_real_steps(model, criterion, samples[given], devices, balanced.chunks,
                                     None if is_even else balanced.balance)
@@ -207,6 +232,7 @@ def advise(args: argparse.Namespace, progress=lambda message: None) -> Dict[str,
                   "predicted_step_s": round(balanced.step_s, 5),
                   "measured_step_s": round(measured_step, 5),
                   "error": round((balanced.step_s - measured_step) / measured_step, 4)},
+        "versus_ddp": versus_ddp,
     }
     report["recommendations"] = recommendation_rows(
         report, balanced, is_even, knee, throughput, fits, capacity, device_knee(by_devices),
