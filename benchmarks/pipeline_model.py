@@ -36,7 +36,10 @@ from fairseq_hybrid.perfmodel.measure import median
 
 from .jsonio import write_json_atomic
 from .models import build_model, measure_stage_times, synthetic_sample
-from .pipeline_profile import format_profile_report, measured_report, parse_link, profile_report
+from .pipeline_profile import (
+    cpu_check_report, format_cpu_check, format_profile_report, measured_report, parse_link,
+    profile_report,
+)
 from .pipeline_model_report import phase_times, stage_summary, format_report
 
 
@@ -247,10 +250,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--preset", choices=sorted(PRESETS), default="small")
     parser.add_argument("--devices", help="device counts to predict: a list (1,2,4) or the "
                         "largest N (default: small 2, wmt 4)")
-    parser.add_argument("--profile", choices=[*PROFILES, "measured"],
+    parser.add_argument("--profile", choices=[*PROFILES, "measured", "cpu"],
                         help="predict GPUs from FLOPs and bytes at a named profile's rates "
                         "(measured: stage times measured on --device), beside fairseq's DDP "
-                        "of the same model; prints every assumption")
+                        "of the same model; prints every assumption. cpu: the FLOP and byte "
+                        "model checked against stage times measured on this CPU")
     parser.add_argument("--link", help="with --profile: the link between devices: nvlink "
                         "(the profile's), pcie, ib, or a bandwidth in GB/s")
     parser.add_argument("--chunks", help="comma-separated K values (default: small 1,2,4; "
@@ -291,6 +295,13 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             preset_layers = PRESETS[args.preset].model.layers
             counts = counts or list(range(1, min(4, preset_layers) + 1))
             chunk_list = chunks or [1, 2, 4, 8, 16]
+            if args.profile == "cpu":
+                report = cpu_check_report(args.preset, args.repeats or 3)
+                print(format_cpu_check(report))
+                out = args.json or f"results/bench/pipeline-model-{args.preset}-cpu-check.json"
+                write_json_atomic(report, out)
+                print(f"wrote {out}")
+                return
             if args.profile == "measured":
                 report = measured_report(args.device, args.preset, counts, chunk_list, link)
             else:

@@ -7,6 +7,7 @@ the same global batch and at N x the batch. Every assumption is printed with the
 with the range the least certain ones span and a 25 GB/s (PCIe-class) link row."""
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict
 from typing import Any, Dict, List, Optional, Sequence
@@ -132,4 +133,63 @@ def format_profile_report(report: Dict[str, Any]) -> str:
         for name, title in SCHEMES:
             values = [v[name] for v in report["sensitivity"].values()]
             lines.append(f"  range {title}: {min(values):.2f}x - {max(values):.2f}x")
+    return "\n".join(lines)
+
+
+CHECKED_PARTS = ("embeddings_forward", "embeddings_backward", "pipeline_forward",
+                 "pipeline_backward", "head_forward", "head_backward", "rest", "total")
+
+
+def cpu_check_report(preset: str, repeats: int = 3, threads: int = 1) -> Dict[str, Any]:
+    """The FLOP and byte model checked on this CPU: a ``cpu`` profile from measured rates
+    (``perfmodel/rates.py``), its stage times against stage times measured directly, part
+    by part of the one-device step, and the 2-device speedups predicted from each."""
+    from fairseq_hybrid.perfmodel.analytic import stage_times_from_profile
+    from fairseq_hybrid.perfmodel.rates import measure_profile
+    from fairseq_hybrid.perfmodel.simulate import predict_step
+
+    from .models import measure_stage_times
+
+    spec = PRESETS[preset]
+    started, load = time.perf_counter(), os.getloadavg()
+    profile = measure_profile(spec.model, spec.batch, "cpu", threads, repeats)
+    chunks = [1, 2, 4]
+    measured = measure_stage_times(spec.model, spec.batch, chunks, [1, 2], repeats, threads)
+    modelled = stage_times_from_profile(spec.model, spec.batch, profile, chunks, [1, 2])
+    parts = {}
+    for name, stage in (("measured", measured), ("modelled", modelled)):
+        parts[name] = predict_step(stage, 1, 1, "cpu-workers")
+    errors = {part: (parts["modelled"][part] - parts["measured"][part]) / parts["measured"][part]
+              for part in CHECKED_PARTS if parts["measured"][part] > 0}
+    speedups = {name: {k: predict_step(stage, 1, 1, "cpu-workers")["total"]
+                       / predict_step(stage, 2, k, "cpu-workers")["total"] for k in chunks}
+                for name, stage in (("measured", measured), ("modelled", modelled))}
+    return {
+        "what": "the FLOP and byte model on this CPU: stage times from measured rates vs "
+                "stage times measured directly (1 torch thread, float32)",
+        "preset": preset, "model": asdict(spec.model), "batch": asdict(spec.batch),
+        "profile": profile.assumptions(), "profile_lines": profile.lines(),
+        "one_device_step_s": {name: {p: round(v, 6) for p, v in values.items() if p in CHECKED_PARTS}
+                              for name, values in parts.items()},
+        "error": {p: round(e, 4) for p, e in errors.items()},
+        "two_device_speedup": {name: {k: round(v, 4) for k, v in values.items()}
+                               for name, values in speedups.items()},
+        "load_average_start_end": [load, os.getloadavg()],
+        "elapsed_s": round(time.perf_counter() - started, 1),
+    }
+
+
+def format_cpu_check(report: Dict[str, Any]) -> str:
+    lines = [report["what"], *report["profile_lines"], "",
+             f"  {'part of the 1-device step':<26}{'measured s':>12}{'modelled s':>12}{'error':>9}"]
+    step = report["one_device_step_s"]
+    for part, error in report["error"].items():
+        lines.append(f"  {part:<26}{step['measured'][part]:>12.4f}{step['modelled'][part]:>12.4f}"
+                     f"{error:>+9.1%}")
+    lines.append("")
+    for name, values in report["two_device_speedup"].items():
+        lines.append(f"  2-device speedup from {name} stage times: "
+                     + ", ".join(f"K={k} {v:.2f}x" for k, v in values.items()))
+    load = report["load_average_start_end"]
+    lines.append(f"  load average {load[0][0]:.1f} -> {load[1][0]:.1f}; {report['elapsed_s']:.0f} s")
     return "\n".join(lines)

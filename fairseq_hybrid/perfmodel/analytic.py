@@ -94,6 +94,20 @@ def parameter_counts(model: ModelSize) -> ParameterCounts:
     return ParameterCounts(2 * model.vocab * model.embed + bridge + head, head, tuple(layers), tensors)
 
 
+def mask_elements(model: ModelSize, batch: BatchSize) -> Tuple[int, int]:
+    """Dropout-mask elements drawn before the pipeline (``draw_step``: embeddings, between
+    layers, the encoder's top) and by the head (the combined states)."""
+    dropout_out = model.dropout if model.dropout_out is None else model.dropout_out
+    query = model.decoder_hidden or model.hidden
+    b, s, t = batch.sentences, batch.source_len, batch.target_len
+    drawn = 0
+    if model.dropout > 0:
+        drawn += b * (s + t) * model.embed
+    if dropout_out > 0:
+        drawn += b * s * model.hidden * model.layers + b * t * query * (model.layers - 1)
+    return drawn, (b * t * model.embed if dropout_out > 0 else 0)
+
+
 def stage_times_from_profile(
     model: ModelSize, batch: BatchSize, profile: DeviceProfile, chunk_counts: Sequence[int],
     device_counts: Sequence[int],
@@ -120,7 +134,9 @@ def stage_times_from_profile(
                                   model.layers, forward, backward, output_bytes,
                                   2 * batch.sentences * model.hidden * act)
     shard_sizes = sorted({-(-batch.sentences // n) for n in device_counts} | {batch.sentences})
+    combine_masks = mask_elements(model, batch)[1] / batch.sentences  # per sentence
     heads = {s: head_seconds(profile, model, batch, s) for s in shard_sizes}
+    heads = {s: (f + profile.mask_seconds(int(combine_masks * s)), b) for s, (f, b) in heads.items()}
     counts = parameter_counts(model)
     bandwidth = profile.memory_bytes_per_s
     embed_bytes = batch.sentences * (batch.source_len + batch.target_len) * model.embed * act
@@ -128,7 +144,8 @@ def stage_times_from_profile(
             + counts.tensors * profile.optimizer_kernels_per_tensor * profile.kernel_overhead_s)
     return StageTimes(
         model, batch, threads=0, repeats=0, cells=cells,
-        embed_forward=3 * embed_bytes / bandwidth + 4 * profile.kernel_overhead_s,
+        embed_forward=3 * embed_bytes / bandwidth + 4 * profile.kernel_overhead_s
+        + profile.mask_seconds(mask_elements(model, batch)[0]),
         embed_backward=(2 * embed_bytes + 4 * model.vocab * model.embed * act) / bandwidth
         + 4 * profile.kernel_overhead_s,
         head_forward={s: f for s, (f, _) in heads.items()},

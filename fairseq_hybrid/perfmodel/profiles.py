@@ -31,6 +31,14 @@ class DeviceProfile:
     activation_bytes: int = 2  # --fp16/--bf16: activations, parameters and gradients
     optimizer_bytes_per_param: int = 52  # fp16 grads -> fp32 master, clip, Adam, copy back
     optimizer_kernels_per_tensor: int = 12  # fairseq's per-parameter adam (fused: ~1)
+    random_elements_per_s: float = 0.0  # dropout masks drawn (0: bound by writing them)
+
+    def mask_seconds(self, elements: int) -> float:
+        """Drawing ``elements`` dropout-mask elements and applying them (write the mask;
+        read the input and the mask, write the output)."""
+        draw = (elements / self.random_elements_per_s if self.random_elements_per_s > 0
+                else elements * self.activation_bytes / self.memory_bytes_per_s)
+        return draw + 3 * elements * self.activation_bytes / self.memory_bytes_per_s
 
     def lstm_rate(self, sentences: int) -> float:
         """The LSTM's FLOP/s at this many sentences per call (the small-batch slowdown)."""
@@ -45,16 +53,24 @@ class DeviceProfile:
     def lines(self) -> List[str]:
         return [
             f"profile {self.name}: {self.note}",
-            f"  matrix products {self.gemm_flops / 1e12:.0f} TFLOP/s, LSTM "
-            f"{self.lstm_flops / 1e12:.0f} TFLOP/s from {self.lstm_saturation_sentences} "
+            f"  matrix products {rate(self.gemm_flops, 'FLOP/s')}, LSTM "
+            f"{rate(self.lstm_flops, 'FLOP/s')} from {self.lstm_saturation_sentences} "
             f"sentences (fewer: proportionally slower), memory "
-            f"{self.memory_bytes_per_s / 1e12:.2f} TB/s, {8 * self.activation_bytes}-bit",
-            f"  link {self.link.bandwidth_bytes_per_s / 1e9:.0f} GB/s + "
-            f"{self.link.latency_s * 1e6:.0f} us per copy; {self.cell_overhead_s * 1e6:.0f} us "
-            f"per pipeline cell, {self.kernel_overhead_s * 1e6:.0f} us per small kernel",
+            f"{rate(self.memory_bytes_per_s, 'B/s')}, {8 * self.activation_bytes}-bit",
+            f"  link {rate(self.link.bandwidth_bytes_per_s, 'B/s') if self.link.bandwidth_bytes_per_s else 'free'}"
+            f" + {self.link.latency_s * 1e6:.0f} us per copy; {self.cell_overhead_s * 1e6:.0f} us "
+            f"per pipeline cell, {self.kernel_overhead_s * 1e6:.1f} us per small kernel",
             f"  optimizer {self.optimizer_bytes_per_param} bytes per parameter, "
             f"{self.optimizer_kernels_per_tensor} kernels per parameter tensor",
         ]
+
+
+def rate(value: float, unit: str) -> str:
+    """``value`` with the SI prefix that keeps it readable (T, G, M)."""
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6)):
+        if value >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
 
 
 NVLINK_LATENCY = 10e-6
