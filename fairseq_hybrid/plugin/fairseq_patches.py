@@ -23,6 +23,17 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
   trained on. The wrapper returns the dropped sentences as a last, smaller batch.
   ``FairseqDataset.batch_by_size`` (train, valid, generate, interactive) looks the function
   up on the module at each call, so replacing the module attribute reaches all of them.
+- ``same_batches_after_resume``: fairseq builds a training split's batches once, when
+  it creates the epoch iterator, ordering sentences of equal length with the seed
+  ``--seed + epoch`` (``FairseqTask.get_batch_iterator``), and reuses them (reshuffled per
+  epoch) for every later epoch of the process. A run started at epoch 1 keeps epoch 1's
+  batches for good; a run resumed from a checkpoint of epoch 2 or later built its batches
+  with that epoch's seed, so they hold other sentences and the resumed training differs
+  from the uninterrupted one (any resume after the first epoch, e.g. from the checkpoint
+  written at an epoch's end; fairseq's own ``--arch lstm`` too). The wrapper builds such
+  a reused iterator's batches as at epoch 1, so resuming makes the same updates.
+  ``--rebuild-batches`` and datasets whose iterator is not reused (sharded data) already
+  build per epoch the same way in both runs and are left alone.
 - ``pipeline_chunks_auto``: ``--pipeline-chunks`` is fairseq's own integer option (the
   model shares it); it also takes ``auto`` (read as 0, fairseq's default, which hybrid_lstm
   takes as "chosen by the performance model" on several devices). fairseq's
@@ -34,6 +45,7 @@ from __future__ import annotations
 import argparse
 import collections
 import functools
+import inspect
 import os
 import shutil
 import tempfile
@@ -180,6 +192,40 @@ def keep_last_batch() -> None:
     data_utils.batch_by_size = batch_by_size
 
 
+# ------------------------------------------------------------------ batches after a resume
+def same_batches_after_resume() -> None:
+    """Wrap ``FairseqTask.get_batch_iterator`` (once): see the module's docstring."""
+    from fairseq.tasks import FairseqTask
+
+    original = FairseqTask.get_batch_iterator
+    if getattr(original, "_hybrid_same_batches", False):
+        return
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def get_batch_iterator(self: Any, dataset: Any, *args: Any, **kwargs: Any) -> Any:
+        call = signature.bind(self, dataset, *args, **kwargs)
+        call.apply_defaults()
+        given = call.arguments
+        epoch = given["epoch"]
+        reused = (
+            epoch > 1 and not given["disable_iterator_cache"]
+            and not given["update_epoch_batch_itr"] and self.can_reuse_epoch_itr(dataset)
+            and not getattr(getattr(self, "cfg", None), "rebuild_batches", False)
+            and dataset not in getattr(self, "dataset_to_epoch_iter", {})
+        )
+        if not reused:
+            return original(**given)
+        iterator = original(**{**given, "epoch": 1})  # the batches of a run's first epoch
+        iterator.epoch = epoch  # then on, the epoch it really is (shuffling, set_epoch)
+        if hasattr(dataset, "set_epoch"):
+            dataset.set_epoch(epoch)
+        return iterator
+
+    get_batch_iterator._hybrid_same_batches = True
+    FairseqTask.get_batch_iterator = get_batch_iterator
+
+
 # ------------------------------------------------------------------ --pipeline-chunks auto
 CHUNKS_HELP = ("time chunks per batch for hybrid_lstm's layer pipeline: an integer >= 1, or "
                "auto (the default on several devices: measured and chosen before the first "
@@ -229,4 +275,5 @@ def apply() -> None:
     readable_checkpoints()
     atomic_checkpoint_copies()
     keep_last_batch()
+    same_batches_after_resume()
     pipeline_chunks_auto()
