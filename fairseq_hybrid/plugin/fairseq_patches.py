@@ -9,13 +9,10 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
   ``argparse.Namespace`` and friends. Rather than turning weights-only loading off for the
   whole process, allow exactly the plain-data classes fairseq checkpoints hold: the
   weights-only unpickler still refuses anything else.
-- ``readable_checkpoints``: a truncated file or one that is not a checkpoint
-  fails with one line instead of an unpickling traceback.
-- ``atomic_checkpoint_copies``: fairseq writes ``checkpoint_<epoch>_<updates>.pt``
-  atomically but makes ``checkpoint_last.pt``/``checkpoint_best.pt`` with
-  ``shutil.copyfile``, so a training killed during that copy leaves a truncated
-  ``checkpoint_last.pt`` and the rerun that should resume cannot. Copies of local files go
-  to a temporary name in the same directory and are renamed into place.
+- ``checkpoints.apply()`` (``plugin/checkpoints.py``): checkpoints that are never lost
+  or half written (atomic saves and copies, one line on a full or read-only disk, temporary
+  files of killed saves removed at the next start), unreadable checkpoints and a missing
+  ``--restore-file`` in one line, and a rerun of a finished training that changes nothing.
 - ``keep_last_batch``: fairseq's ``data_utils.batch_by_size`` silently drops the last
   batch when its size is not a multiple of ``--required-batch-size-multiple`` (default 8;
   fairseq issue #5036): fairseq-generate misses test sentences, validation skips some, and
@@ -46,15 +43,13 @@ import argparse
 import collections
 import functools
 import inspect
-import os
-import shutil
-import tempfile
 import typing
 from typing import Any, Callable, List, Optional
 
 import numpy as np
 import torch
 
+from . import checkpoints
 from ..errors import HybridConfigError
 
 
@@ -96,68 +91,6 @@ def allow_fairseq_checkpoints() -> None:
     add = getattr(torch.serialization, "add_safe_globals", None)
     if add is not None:  # torch < 2.4 loads everything anyway
         add(_safe_classes())
-
-
-# ------------------------------------------------------------------ unreadable checkpoints
-def readable_checkpoints() -> None:
-    """Install the wrapper (once) around fairseq's checkpoint loading."""
-    from fairseq import checkpoint_utils
-
-    original = checkpoint_utils.load_checkpoint_to_cpu
-    if getattr(original, "_hybrid_checked", False):
-        return
-
-    @functools.wraps(original)
-    def load_checkpoint_to_cpu(path, *args, **kwargs):
-        if not os.path.isfile(path):
-            return original(path, *args, **kwargs)  # fairseq's own "not found" handling
-        try:
-            state = original(path, *args, **kwargs)
-        except HybridConfigError:
-            raise
-        except Exception as error:  # unpickling, zip, EOF, missing keys ...
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            raise HybridConfigError(
-                f"{path!r} is not a readable fairseq checkpoint (truncated, or another kind "
-                f"of file): {type(error).__name__}: {reason[:200]}"
-            ) from None
-        if not isinstance(state, dict) or "model" not in state:
-            raise HybridConfigError(f"{path!r} is not a fairseq checkpoint: it holds no model weights")
-        return state
-
-    load_checkpoint_to_cpu._hybrid_checked = True
-    checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
-
-
-# ------------------------------------------------------------------ atomic copies
-def atomic_copyfile(src_path: str, dst_path: str) -> str:
-    directory = os.path.dirname(os.path.abspath(dst_path))
-    handle, tmp_path = tempfile.mkstemp(prefix=os.path.basename(dst_path) + ".", suffix=".tmp",
-                                        dir=directory)
-    os.close(handle)
-    try:
-        shutil.copyfile(src_path, tmp_path)
-        os.replace(tmp_path, dst_path)
-    except BaseException:
-        if os.path.exists(tmp_path):
-            os.remove(tmp_path)
-        raise
-    return dst_path
-
-
-def atomic_checkpoint_copies() -> None:
-    """Install (once) for local files; remote ``iopath`` storage keeps its own copy."""
-    from fairseq import file_io
-
-    manager = file_io.PathManager
-    if file_io.IOPathManager is not None or getattr(manager.copy, "_hybrid_atomic", False):
-        return
-
-    def copy(src_path: str, dst_path: str, overwrite: bool = False) -> str:
-        return atomic_copyfile(src_path, dst_path)
-
-    copy._hybrid_atomic = True
-    manager.copy = staticmethod(copy)
 
 
 # ------------------------------------------------------------------ the last batch
@@ -272,8 +205,7 @@ def pipeline_chunks_auto() -> None:
 def apply() -> None:
     """Install every patch above (each is idempotent)."""
     allow_fairseq_checkpoints()
-    readable_checkpoints()
-    atomic_checkpoint_copies()
+    checkpoints.apply()
     keep_last_batch()
     same_batches_after_resume()
     pipeline_chunks_auto()

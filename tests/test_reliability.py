@@ -1,0 +1,127 @@
+"""Nothing lost, nothing silent (issue 23): saves that never lose the last good checkpoint,
+a rerun of a finished training that changes nothing, one line for a bad --restore-file or
+an unwritable --save-dir, and errors a Python caller can catch."""
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+import torch
+
+import fairseq_hybrid  # noqa: F401  (installs the patches)
+from cli import model_args, prepared_sample, run_tool, train_args
+from fairseq_hybrid.errors import HybridConfigError
+from fairseq_hybrid.plugin import checkpoints
+
+
+def only_line(proc) -> str:
+    """The run's one message: stderr has no traceback and exactly one plugin line."""
+    assert "Traceback" not in proc.stderr + proc.stdout
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("fairseq_hybrid:")]
+    assert len(lines) == 1, proc.stderr[-2000:]
+    return lines[0]
+
+
+# ------------------------------------------------------------------ saving
+def test_a_full_disk_keeps_the_previous_checkpoint_and_names_the_bytes(tmp_path, monkeypatch):
+    last = tmp_path / "checkpoint_last.pt"
+    last.write_bytes(b"previous")
+    real_save = torch.save
+
+    def disk_fills(obj, f, *args, **kwargs):
+        if isinstance(f, str) or not hasattr(f, "fileno"):
+            return real_save(obj, f, *args, **kwargs)  # the byte count
+        f.write(b"x" * 10)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", disk_fills)
+    state = {"model": {"w": torch.zeros(1000)}}
+    with pytest.raises(HybridConfigError) as error:
+        checkpoints.atomic_save(state, str(last))
+    message = str(error.value)
+    monkeypatch.setattr(torch, "save", real_save)
+    counter = checkpoints._ByteCounter()
+    torch.save(state, counter)
+    assert f"could not write checkpoint_last.pt in {tmp_path}: No space left on device" in message
+    assert f"needs {counter.size:,} bytes" in message and "bytes are free there" in message
+    assert "the previous checkpoint_last.pt is unchanged" in message
+    assert last.read_bytes() == b"previous" and os.listdir(tmp_path) == ["checkpoint_last.pt"]
+
+
+def test_saves_get_the_ordinary_mode(tmp_path):
+    path = tmp_path / "checkpoint_1_3.pt"
+    checkpoints.atomic_save({"model": {}}, str(path))
+    mask = os.umask(0)
+    os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~mask
+    assert torch.load(path)["model"] == {}
+
+
+def test_an_unwritable_save_dir_is_one_line(tmp_path, monkeypatch):
+    def refuses(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(checkpoints.tempfile, "mkstemp", refuses)
+    with pytest.raises(HybridConfigError, match=rf"--save-dir '{tmp_path}' is not writable: "
+                                                r"Read-only file system \(read-only or not yours\)"):
+        checkpoints.check_save_dir(str(tmp_path))
+
+
+def test_leftovers_of_killed_saves_are_removed(tmp_path):
+    names = ["checkpoint_last.pt", "checkpoint_1_3.pt.tmp", "checkpoint_best.pt.k2j4.tmp",
+             "notes.tmp", "checkpoint_best.pt"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"x")
+    assert checkpoints.remove_leftovers(str(tmp_path)) == [
+        "checkpoint_1_3.pt.tmp", "checkpoint_best.pt.k2j4.tmp"]
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint_best.pt", "checkpoint_last.pt", "notes.tmp"]
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory"])
+def test_a_bad_restore_file_is_one_line(tmp_path, kind):
+    from types import SimpleNamespace
+
+    path = tmp_path / "other.pt"
+    if kind == "directory":
+        path.mkdir()
+    expected = "is a directory" if kind == "directory" else "does not exist"
+    with pytest.raises(HybridConfigError, match=f"--restore-file '{path}' {expected}"):
+        checkpoints.check_restore_file(SimpleNamespace(restore_file=str(path)))
+    checkpoints.check_restore_file(SimpleNamespace(restore_file="checkpoint_last.pt"))  # default
+
+
+# ------------------------------------------------------------------ end to end
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return prepared_sample(tmp_path_factory.mktemp("reliability"), train=300, valid=20, test=10)
+
+
+def args(data, save_dir, *extra):
+    return train_args(data / "bin", model_args(32, 2), "--seed", "3", "--no-epoch-checkpoints",
+                      *extra, save_dir=save_dir, max_tokens=1000)
+
+
+@pytest.mark.slow
+def test_a_rerun_of_a_finished_training_changes_nothing(data, tmp_path):
+    save = tmp_path / "save"
+    run_tool("fairseq-train", args(data, save, "--max-update", "6"), cwd=data)
+    before = {p.name: (p.stat().st_mtime_ns, p.stat().st_ino) for p in save.iterdir()}
+    assert sorted(before) == ["checkpoint_best.pt", "checkpoint_last.pt"]
+    (save / "checkpoint_last.pt.x81k.tmp").write_bytes(b"half a checkpoint")  # a killed copy
+
+    for limit in (["--max-update", "6"], ["--max-update", "50", "--max-epoch", "1"]):
+        again = run_tool("fairseq-train", args(data, save, *limit), cwd=data, check=False)
+        assert again.returncode == 0
+        assert only_line(again).startswith(
+            f"fairseq_hybrid: training in {save} is at the end of epoch 1, 6 updates: "
+            f"{limit[-2]} {limit[-1]} is already ")
+        assert "no checkpoint changed" in again.stderr and "train_inner" not in again.stdout
+        if limit[1] == "6":
+            assert "removed 1 temporary file(s) of an interrupted save" in again.stdout
+        assert {p.name: (p.stat().st_mtime_ns, p.stat().st_ino) for p in save.iterdir()} == before
+
+    missing = run_tool("fairseq-train", args(data, save, "--restore-file", "nowhere.pt"),
+                       cwd=data, check=False)
+    assert missing.returncode == 1
+    assert "--restore-file 'nowhere.pt' does not exist" in only_line(missing)
