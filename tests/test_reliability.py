@@ -125,3 +125,56 @@ def test_a_rerun_of_a_finished_training_changes_nothing(data, tmp_path):
                        cwd=data, check=False)
     assert missing.returncode == 1
     assert "--restore-file 'nowhere.pt' does not exist" in only_line(missing)
+
+
+# ------------------------------------------------------------------ the last batch, errors
+@pytest.mark.parametrize("indices", [
+    list(range(10)) + [0, 1, 2],  # upsampled: 0, 1, 2 twice (were lost)
+    list(range(8)) + [0, 1, 2],  # was an empty last batch
+    list(range(300)), [5, 5, 5, 5, 5, 5, 5, 5, 5], list(range(7)),
+])
+def test_the_last_batch_keeps_every_occurrence_once(indices):
+    from collections import Counter
+
+    import numpy as np
+    from fairseq.data import data_utils
+
+    indices = np.asarray(indices, dtype=np.int64)
+    fairseqs = data_utils.batch_by_size.__wrapped__(indices, lambda i: 3, max_sentences=8,
+                                                    required_batch_size_multiple=8)
+    ours = data_utils.batch_by_size(indices, lambda i: 3, max_sentences=8,
+                                    required_batch_size_multiple=8)
+    fairseq_count = sum(len(b) for b in fairseqs)
+    expected = [list(b) for b in fairseqs]
+    if fairseq_count < len(indices):
+        expected.append(list(indices[fairseq_count:]))  # fairseq's batches plus the tail
+    assert [list(b) for b in ours] == expected
+    assert all(len(b) > 0 for b in ours)
+    assert Counter(np.concatenate(ours).tolist()) == Counter(indices.tolist())
+
+
+def test_errors_are_exceptions_a_caller_can_catch(tmp_path):
+    from fairseq import checkpoint_utils
+
+    bad = tmp_path / "model.pt"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(Exception) as error:  # noqa: PT011 - what a caller would write
+        checkpoint_utils.load_model_ensemble([str(bad)])
+    assert isinstance(error.value, HybridConfigError) and not isinstance(error.value, SystemExit)
+    assert str(error.value).startswith(f"fairseq_hybrid: error: {str(bad)!r} is not a readable")
+
+
+def test_the_command_line_prints_one_line_also_when_fairseq_rewraps_it():
+    import subprocess
+    import sys
+
+    script = (
+        "import fairseq_hybrid\n"
+        "from fairseq_hybrid.errors import HybridConfigError\n"
+        "try:\n    raise HybridConfigError('the checkpoint does not fit')\n"
+        "except Exception:\n    raise Exception('Cannot load model parameters from checkpoint')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1:] == ["fairseq_hybrid: error: the checkpoint does not fit"]
+    assert "Traceback" not in proc.stderr

@@ -17,7 +17,11 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
   batch when its size is not a multiple of ``--required-batch-size-multiple`` (default 8;
   fairseq issue #5036): fairseq-generate misses test sentences, validation skips some, and
   the longest training sentences (sorted last, often alone in their batch) are never
-  trained on. The wrapper returns the dropped sentences as a last, smaller batch.
+  trained on. The wrapper returns the dropped sentences as a last, smaller batch: the
+  positions after fairseq's last batch, so a repeated index (an upsampled dataset) is kept
+  once per occurrence, and never an empty batch. This changes, for every model trained
+  with the plugin loaded, the number of batches per epoch (one more when fairseq dropped
+  one) and therefore the shuffled order of the batches.
   ``FairseqDataset.batch_by_size`` (train, valid, generate, interactive) looks the function
   up on the module at each call, so replacing the module attribute reaches all of them.
 - ``same_batches_after_resume``: fairseq builds a training split's batches once, when
@@ -36,6 +40,8 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
   takes as "chosen by the performance model" on several devices). fairseq's
   ``get_parser`` imports the ``--user-dir`` before it builds the parser, so wrapping
   ``options.add_distributed_training_args`` reaches fairseq-train's parser.
+- ``one_line_errors``: ``HybridConfigError`` (an ordinary exception a Python caller can
+  catch) reaches the command line as its one line and exit status 1.
 """
 from __future__ import annotations
 
@@ -43,6 +49,7 @@ import argparse
 import collections
 import functools
 import inspect
+import sys
 import typing
 from typing import Any, Callable, List, Optional
 
@@ -50,7 +57,7 @@ import numpy as np
 import torch
 
 from . import checkpoints
-from ..errors import HybridConfigError
+from ..errors import HybridConfigError, hybrid_error_in
 
 
 # ------------------------------------------------------------------ torch.load
@@ -94,6 +101,24 @@ def allow_fairseq_checkpoints() -> None:
 
 
 # ------------------------------------------------------------------ the last batch
+def tail_of(indices: np.ndarray, batches: List) -> np.ndarray:
+    """The index occurrences ``batches`` left out. fairseq's batches are contiguous slices
+    of ``indices`` in order, so that is the positions after the last batch; repeated
+    indices (upsampled datasets) count once per occurrence."""
+    used = np.concatenate([np.asarray(batch, dtype=np.int64) for batch in batches]) \
+        if batches else np.empty(0, dtype=np.int64)
+    if np.array_equal(used, indices[: len(used)]):
+        return indices[len(used):]
+    left = collections.Counter(used.tolist())  # not a prefix: take each occurrence once
+    keep = []
+    for index in indices.tolist():
+        if left[index] > 0:
+            left[index] -= 1
+        else:
+            keep.append(index)
+    return np.asarray(keep, dtype=np.int64)
+
+
 def keep_last_batch() -> None:
     """Wrap ``fairseq.data.data_utils.batch_by_size`` (once) so no index is dropped."""
     from fairseq.data import data_utils
@@ -114,15 +139,50 @@ def keep_last_batch() -> None:
                            required_batch_size_multiple, fixed_shapes)
         if fixed_shapes is not None:  # fairseq's fixed-shape batching drops nothing itself
             return batches
-        batched = sum(len(batch) for batch in batches)
-        if batched < len(indices):
-            used = np.concatenate([np.asarray(batch, dtype=np.int64) for batch in batches]) \
-                if batches else np.empty(0, dtype=np.int64)
-            batches = list(batches) + [indices[~np.isin(indices, used)].astype(np.int64)]
+        if sum(len(batch) for batch in batches) < len(indices):
+            tail = tail_of(indices, batches)
+            if len(tail):
+                batches = list(batches) + [tail.astype(np.int64)]
         return batches
 
     batch_by_size._hybrid_keeps_last_batch = True
     data_utils.batch_by_size = batch_by_size
+
+
+# ------------------------------------------------------------------ one line, not a traceback
+def one_line_errors() -> None:
+    """``HybridConfigError`` is an ordinary exception; fairseq's command-line tools print it
+    as its one line and exit with status 1: ``distributed_utils.call_main`` (train,
+    hydra-train, interactive, validate) turns it into ``SystemExit``, and the excepthook
+    does the same for the rest (parse time, fairseq-generate)."""
+    from fairseq.distributed import utils as distributed_utils
+
+    hook = sys.excepthook
+    if not getattr(hook, "_hybrid_one_line", False):
+        def excepthook(kind: Any, value: BaseException, traceback: Any) -> None:
+            error = hybrid_error_in(value)
+            if error is None:
+                return hook(kind, value, traceback)
+            sys.stderr.write(f"{error}\n")
+
+        excepthook._hybrid_one_line = True
+        sys.excepthook = excepthook
+    original = distributed_utils.call_main
+    if getattr(original, "_hybrid_one_line", False):
+        return
+
+    @functools.wraps(original)
+    def call_main(cfg: Any, main: Callable, **kwargs: Any) -> Any:
+        try:
+            return original(cfg, main, **kwargs)
+        except Exception as raised:
+            error = hybrid_error_in(raised)
+            if error is None:
+                raise
+            raise SystemExit(str(error)) from None
+
+    call_main._hybrid_one_line = True
+    distributed_utils.call_main = call_main
 
 
 # ------------------------------------------------------------------ batches after a resume
@@ -209,3 +269,4 @@ def apply() -> None:
     keep_last_batch()
     same_batches_after_resume()
     pipeline_chunks_auto()
+    one_line_errors()

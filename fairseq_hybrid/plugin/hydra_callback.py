@@ -20,9 +20,10 @@ into the job after the callback), so changes made here reach fairseq.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from argparse import Namespace
-from typing import Any, List, Sequence
+from typing import Any, Iterator, List, Sequence
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -45,15 +46,31 @@ class HybridRunSetup(Callback):
     """Prepares a ``fairseq-hydra-train`` run of a hybrid_lstm model (see the module)."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        prepare_run_config(config, list(OmegaConf.select(config, "hydra.overrides.task") or []))
+        with one_line():
+            prepare_run_config(config, list(OmegaConf.select(config, "hydra.overrides.task") or []))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if is_hybrid_model(config):
-            raise HybridConfigError(
-                "fairseq-hydra-train --multirun is not supported with hybrid_lstm: Hydra "
-                "composes each job's config anew after its callbacks run, so the plugin "
-                "could not prepare it; run one job per command"
-            )
+        with one_line():
+            refuse_multirun(config)
+
+
+@contextlib.contextmanager
+def one_line() -> Iterator[None]:
+    """Hydra reports a callback's exception with a traceback; the plugin's errors leave as
+    their one line and exit status 1 instead (``SystemExit`` passes through Hydra)."""
+    try:
+        yield
+    except HybridConfigError as error:
+        raise SystemExit(str(error)) from None
+
+
+def refuse_multirun(config: DictConfig) -> None:
+    if is_hybrid_model(config):
+        raise HybridConfigError(
+            "fairseq-hydra-train --multirun is not supported with hybrid_lstm: Hydra "
+            "composes each job's config anew after its callbacks run, so the plugin "
+            "could not prepare it; run one job per command"
+        )
 
 
 def model_name(config: DictConfig) -> Any:
