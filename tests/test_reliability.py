@@ -178,3 +178,29 @@ def test_the_command_line_prints_one_line_also_when_fairseq_rewraps_it():
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1:] == ["fairseq_hybrid: error: the checkpoint does not fit"]
     assert "Traceback" not in proc.stderr
+
+
+# ------------------------------------------------------------------ fairseq-hydra-train
+@pytest.mark.slow
+@pytest.mark.parametrize("override,train_option", [
+    ("common.fp16=true", ["--fp16"]),  # skipped by the Hydra path before
+    ("checkpoint.restore_file=nowhere.pt", ["--restore-file", "nowhere.pt"]),
+    ("model.encoder_layers=abc", None),  # an OmegaConf traceback, .hydra/ written
+    ("task.data=null", None),  # a TypeError, files written
+])
+def test_hydra_refuses_what_fairseq_train_refuses_with_the_same_line(data, tmp_path, override,
+                                                                     train_option):
+    from test_hydra import hydra_train, leftovers
+
+    save = tmp_path / "never"
+    hydra = hydra_train("hybrid_lstm", [f"task.data={data / 'bin'}", f"checkpoint.save_dir={save}",
+                                        override], check=False)
+    assert hydra.returncode == 1
+    line = only_line(hydra)
+    assert not save.exists() and leftovers() == []
+    if train_option is not None:
+        train = run_tool("fairseq-train", args(data, save, *train_option), cwd=data, check=False)
+        assert train.returncode == 1 and only_line(train) == line
+        assert not save.exists()
+    else:
+        assert line.startswith(f"fairseq_hybrid: error: {override.split('=')[0]} ")
