@@ -204,3 +204,30 @@ def test_hydra_refuses_what_fairseq_train_refuses_with_the_same_line(data, tmp_p
         assert not save.exists()
     else:
         assert line.startswith(f"fairseq_hybrid: error: {override.split('=')[0]} ")
+
+
+# ------------------------------------------------------------------ scoring
+@pytest.mark.parametrize("script", ["score.py", "wmt_score.py"])
+@pytest.mark.parametrize("hypotheses,message", [
+    # 50 hypotheses, a 49-line reference: hypothesis 49 was silently dropped
+    (50, "has 50 hypotheses but the reference has 49 lines (ids beyond it: [49])"),
+    (49, "has 1 duplicated hypothesis id(s) (first: [7])"),
+])
+def test_scoring_refuses_a_reference_of_another_size_and_duplicated_ids(tmp_path, script,
+                                                                        hypotheses, message):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "ref.de").write_text("".join(f"Satz {i} ist da.\n" for i in range(49)))
+    lines = [f"D-{i}\t-0.5\tSatz {i} ist da.\n" for i in range(hypotheses)]
+    if hypotheses == 49:
+        lines.append("D-7\t-0.5\tSatz 7 ist da.\n")
+    (tmp_path / "gen.out").write_text("".join(lines))
+    extra = ["--lang", "de"] if script == "wmt_score.py" else []
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve().parent.parent / "recipes/lib" / script),
+         "--generate-output", "gen.out", "--reference", "ref.de", "--json", "s.json", *extra],
+        cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 1 and message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "s.json").exists()
