@@ -1,6 +1,11 @@
 """Checks of what a run is given — its data directory and checkpoint files — that turn
 fairseq's tracebacks into one clear line naming the bad value, before any work starts.
 
+``run_checks`` is the one list of parse-time checks: fairseq-train runs it from the
+``--arch`` function (``hybrid_lstm.parse_time_checks``), fairseq-hydra-train from the Hydra
+callback on the composed config (``hydra_callback.check_run_config``), so both refuse the
+same input with the same line before anything is written.
+
 - ``check_data_dir``: at parse time (fairseq-train): the directory exists and holds the
   language pair and the training split asked for.
 - ``check_training_sizes``: at parse time: the training split has sentences, and at least
@@ -15,13 +20,32 @@ from __future__ import annotations
 
 import glob
 import os
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from ..errors import HybridConfigError
+
+
+def run_checks(args: Any, argv: Optional[Sequence[str]] = None) -> Any:
+    """Every parse-time check on ``args`` (fairseq-train's flat namespace, or the composed
+    Hydra config's groups flattened into one); returns the placement plan.
+    ``argv``: the command line ``check_plan_options`` reads (None: ``sys.argv``)."""
+    from .checkpoints import check_restore_file
+    from .config import validate_model_config
+    from .criterion import validate_criterion_args
+    from .placement_options import check_plan_options
+
+    validate_model_config(args)
+    check_precision(args)
+    check_data_dir(args)
+    check_training_sizes(args)
+    check_restore_file(args)
+    plan = check_plan_options(args, argv=argv)
+    validate_criterion_args(args)
+    return plan
 
 
 def check_data_dir(args: Any) -> None:

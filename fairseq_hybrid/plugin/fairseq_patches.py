@@ -9,41 +9,55 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
   ``argparse.Namespace`` and friends. Rather than turning weights-only loading off for the
   whole process, allow exactly the plain-data classes fairseq checkpoints hold: the
   weights-only unpickler still refuses anything else.
-- ``readable_checkpoints``: a truncated file or one that is not a checkpoint
-  fails with one line instead of an unpickling traceback.
-- ``atomic_checkpoint_copies``: fairseq writes ``checkpoint_<epoch>_<updates>.pt``
-  atomically but makes ``checkpoint_last.pt``/``checkpoint_best.pt`` with
-  ``shutil.copyfile``, so a training killed during that copy leaves a truncated
-  ``checkpoint_last.pt`` and the rerun that should resume cannot. Copies of local files go
-  to a temporary name in the same directory and are renamed into place.
+- ``checkpoints.apply()`` (``plugin/checkpoints.py``): checkpoints that are never lost
+  or half written (atomic saves and copies, one line on a full or read-only disk, temporary
+  files of killed saves removed at the next start), unreadable checkpoints and a missing
+  ``--restore-file`` in one line, and a rerun of a finished training that changes nothing.
 - ``keep_last_batch``: fairseq's ``data_utils.batch_by_size`` silently drops the last
   batch when its size is not a multiple of ``--required-batch-size-multiple`` (default 8;
   fairseq issue #5036): fairseq-generate misses test sentences, validation skips some, and
   the longest training sentences (sorted last, often alone in their batch) are never
-  trained on. The wrapper returns the dropped sentences as a last, smaller batch.
+  trained on. The wrapper returns the dropped sentences as a last, smaller batch: the
+  positions after fairseq's last batch, so a repeated index (an upsampled dataset) is kept
+  once per occurrence, and never an empty batch. This changes, for every model trained
+  with the plugin loaded, the number of batches per epoch (one more when fairseq dropped
+  one) and therefore the shuffled order of the batches.
   ``FairseqDataset.batch_by_size`` (train, valid, generate, interactive) looks the function
   up on the module at each call, so replacing the module attribute reaches all of them.
+- ``same_batches_after_resume``: fairseq builds a training split's batches once, when
+  it creates the epoch iterator, ordering sentences of equal length with the seed
+  ``--seed + epoch`` (``FairseqTask.get_batch_iterator``), and reuses them (reshuffled per
+  epoch) for every later epoch of the process. A run started at epoch 1 keeps epoch 1's
+  batches for good; a run resumed from a checkpoint of epoch 2 or later built its batches
+  with that epoch's seed, so they hold other sentences and the resumed training differs
+  from the uninterrupted one (any resume after the first epoch, e.g. from the checkpoint
+  written at an epoch's end; fairseq's own ``--arch lstm`` too). The wrapper builds such
+  a reused iterator's batches as at epoch 1, so resuming makes the same updates.
+  ``--rebuild-batches`` and datasets whose iterator is not reused (sharded data) already
+  build per epoch the same way in both runs and are left alone.
 - ``pipeline_chunks_auto``: ``--pipeline-chunks`` is fairseq's own integer option (the
   model shares it); it also takes ``auto`` (read as 0, fairseq's default, which hybrid_lstm
   takes as "chosen by the performance model" on several devices). fairseq's
   ``get_parser`` imports the ``--user-dir`` before it builds the parser, so wrapping
   ``options.add_distributed_training_args`` reaches fairseq-train's parser.
+- ``one_line_errors``: ``HybridConfigError`` (an ordinary exception a Python caller can
+  catch) reaches the command line as its one line and exit status 1.
 """
 from __future__ import annotations
 
 import argparse
 import collections
 import functools
-import os
-import shutil
-import tempfile
+import inspect
+import sys
 import typing
 from typing import Any, Callable, List, Optional
 
 import numpy as np
 import torch
 
-from ..errors import HybridConfigError
+from . import checkpoints
+from ..errors import HybridConfigError, hybrid_error_in
 
 
 # ------------------------------------------------------------------ torch.load
@@ -86,69 +100,25 @@ def allow_fairseq_checkpoints() -> None:
         add(_safe_classes())
 
 
-# ------------------------------------------------------------------ unreadable checkpoints
-def readable_checkpoints() -> None:
-    """Install the wrapper (once) around fairseq's checkpoint loading."""
-    from fairseq import checkpoint_utils
-
-    original = checkpoint_utils.load_checkpoint_to_cpu
-    if getattr(original, "_hybrid_checked", False):
-        return
-
-    @functools.wraps(original)
-    def load_checkpoint_to_cpu(path, *args, **kwargs):
-        if not os.path.isfile(path):
-            return original(path, *args, **kwargs)  # fairseq's own "not found" handling
-        try:
-            state = original(path, *args, **kwargs)
-        except HybridConfigError:
-            raise
-        except Exception as error:  # unpickling, zip, EOF, missing keys ...
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            raise HybridConfigError(
-                f"{path!r} is not a readable fairseq checkpoint (truncated, or another kind "
-                f"of file): {type(error).__name__}: {reason[:200]}"
-            ) from None
-        if not isinstance(state, dict) or "model" not in state:
-            raise HybridConfigError(f"{path!r} is not a fairseq checkpoint: it holds no model weights")
-        return state
-
-    load_checkpoint_to_cpu._hybrid_checked = True
-    checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
-
-
-# ------------------------------------------------------------------ atomic copies
-def atomic_copyfile(src_path: str, dst_path: str) -> str:
-    directory = os.path.dirname(os.path.abspath(dst_path))
-    handle, tmp_path = tempfile.mkstemp(prefix=os.path.basename(dst_path) + ".", suffix=".tmp",
-                                        dir=directory)
-    os.close(handle)
-    try:
-        shutil.copyfile(src_path, tmp_path)
-        os.replace(tmp_path, dst_path)
-    except BaseException:
-        if os.path.exists(tmp_path):
-            os.remove(tmp_path)
-        raise
-    return dst_path
-
-
-def atomic_checkpoint_copies() -> None:
-    """Install (once) for local files; remote ``iopath`` storage keeps its own copy."""
-    from fairseq import file_io
-
-    manager = file_io.PathManager
-    if file_io.IOPathManager is not None or getattr(manager.copy, "_hybrid_atomic", False):
-        return
-
-    def copy(src_path: str, dst_path: str, overwrite: bool = False) -> str:
-        return atomic_copyfile(src_path, dst_path)
-
-    copy._hybrid_atomic = True
-    manager.copy = staticmethod(copy)
-
-
 # ------------------------------------------------------------------ the last batch
+def tail_of(indices: np.ndarray, batches: List) -> np.ndarray:
+    """The index occurrences ``batches`` left out. fairseq's batches are contiguous slices
+    of ``indices`` in order, so that is the positions after the last batch; repeated
+    indices (upsampled datasets) count once per occurrence."""
+    used = np.concatenate([np.asarray(batch, dtype=np.int64) for batch in batches]) \
+        if batches else np.empty(0, dtype=np.int64)
+    if np.array_equal(used, indices[: len(used)]):
+        return indices[len(used):]
+    left = collections.Counter(used.tolist())  # not a prefix: take each occurrence once
+    keep = []
+    for index in indices.tolist():
+        if left[index] > 0:
+            left[index] -= 1
+        else:
+            keep.append(index)
+    return np.asarray(keep, dtype=np.int64)
+
+
 def keep_last_batch() -> None:
     """Wrap ``fairseq.data.data_utils.batch_by_size`` (once) so no index is dropped."""
     from fairseq.data import data_utils
@@ -169,15 +139,84 @@ def keep_last_batch() -> None:
                            required_batch_size_multiple, fixed_shapes)
         if fixed_shapes is not None:  # fairseq's fixed-shape batching drops nothing itself
             return batches
-        batched = sum(len(batch) for batch in batches)
-        if batched < len(indices):
-            used = np.concatenate([np.asarray(batch, dtype=np.int64) for batch in batches]) \
-                if batches else np.empty(0, dtype=np.int64)
-            batches = list(batches) + [indices[~np.isin(indices, used)].astype(np.int64)]
+        if sum(len(batch) for batch in batches) < len(indices):
+            tail = tail_of(indices, batches)
+            if len(tail):
+                batches = list(batches) + [tail.astype(np.int64)]
         return batches
 
     batch_by_size._hybrid_keeps_last_batch = True
     data_utils.batch_by_size = batch_by_size
+
+
+# ------------------------------------------------------------------ one line, not a traceback
+def one_line_errors() -> None:
+    """``HybridConfigError`` is an ordinary exception; fairseq's command-line tools print it
+    as its one line and exit with status 1: ``distributed_utils.call_main`` (train,
+    hydra-train, interactive, validate) turns it into ``SystemExit``, and the excepthook
+    does the same for the rest (parse time, fairseq-generate)."""
+    from fairseq.distributed import utils as distributed_utils
+
+    hook = sys.excepthook
+    if not getattr(hook, "_hybrid_one_line", False):
+        def excepthook(kind: Any, value: BaseException, traceback: Any) -> None:
+            error = hybrid_error_in(value)
+            if error is None:
+                return hook(kind, value, traceback)
+            sys.stderr.write(f"{error}\n")
+
+        excepthook._hybrid_one_line = True
+        sys.excepthook = excepthook
+    original = distributed_utils.call_main
+    if getattr(original, "_hybrid_one_line", False):
+        return
+
+    @functools.wraps(original)
+    def call_main(cfg: Any, main: Callable, **kwargs: Any) -> Any:
+        try:
+            return original(cfg, main, **kwargs)
+        except Exception as raised:
+            error = hybrid_error_in(raised)
+            if error is None:
+                raise
+            raise SystemExit(str(error)) from None
+
+    call_main._hybrid_one_line = True
+    distributed_utils.call_main = call_main
+
+
+# ------------------------------------------------------------------ batches after a resume
+def same_batches_after_resume() -> None:
+    """Wrap ``FairseqTask.get_batch_iterator`` (once): see the module's docstring."""
+    from fairseq.tasks import FairseqTask
+
+    original = FairseqTask.get_batch_iterator
+    if getattr(original, "_hybrid_same_batches", False):
+        return
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def get_batch_iterator(self: Any, dataset: Any, *args: Any, **kwargs: Any) -> Any:
+        call = signature.bind(self, dataset, *args, **kwargs)
+        call.apply_defaults()
+        given = call.arguments
+        epoch = given["epoch"]
+        reused = (
+            epoch > 1 and not given["disable_iterator_cache"]
+            and not given["update_epoch_batch_itr"] and self.can_reuse_epoch_itr(dataset)
+            and not getattr(getattr(self, "cfg", None), "rebuild_batches", False)
+            and dataset not in getattr(self, "dataset_to_epoch_iter", {})
+        )
+        if not reused:
+            return original(**given)
+        iterator = original(**{**given, "epoch": 1})  # the batches of a run's first epoch
+        iterator.epoch = epoch  # then on, the epoch it really is (shuffling, set_epoch)
+        if hasattr(dataset, "set_epoch"):
+            dataset.set_epoch(epoch)
+        return iterator
+
+    get_batch_iterator._hybrid_same_batches = True
+    FairseqTask.get_batch_iterator = get_batch_iterator
 
 
 # ------------------------------------------------------------------ --pipeline-chunks auto
@@ -226,7 +265,8 @@ def pipeline_chunks_auto() -> None:
 def apply() -> None:
     """Install every patch above (each is idempotent)."""
     allow_fairseq_checkpoints()
-    readable_checkpoints()
-    atomic_checkpoint_copies()
+    checkpoints.apply()
     keep_last_batch()
+    same_batches_after_resume()
     pipeline_chunks_auto()
+    one_line_errors()

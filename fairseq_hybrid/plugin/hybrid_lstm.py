@@ -23,8 +23,7 @@ from ..model.network import HybridLSTMNetwork
 from ..parallel.placement import PlacementOptions
 from ..parallel.runtime import HybridRuntime
 from ..perfmodel.auto_chunks import choose_for_batch
-from .checks import check_data_dir, check_precision, check_state_dict, check_training_sizes
-from .criterion import validate_criterion_args
+from .checks import check_state_dict, run_checks
 from .config import (
     BASE_PRESET,
     HybridLSTMConfig,
@@ -34,7 +33,6 @@ from .config import (
 )
 from ..errors import HybridConfigError
 from .integration import adapt_fairseq_defaults, skip_overlong_interactive_input
-from .placement_options import check_plan_options
 
 MODEL_NAME = "hybrid_lstm"
 logger = logging.getLogger(__name__)
@@ -124,14 +122,9 @@ def parse_time_checks(args: Any) -> None:
     architecture function from ``build_model`` with the model's config alone (a preset
     named under fairseq-hydra-train): there are no run options to adapt then
     (``hydra_callback`` adapted them before fairseq started)."""
-    validate_model_config(args)
-    check_precision(args)
-    check_data_dir(args)
-    check_training_sizes(args)
-    plan = check_plan_options(args)
+    plan = run_checks(args)  # the one list, shared with fairseq-hydra-train
     if hasattr(args, "distributed_world_size"):
         adapt_fairseq_defaults(args, sum(1 for d in set(plan.devices) if d.type == "cuda"))
-    validate_criterion_args(args)
 
 
 def preset_architecture(preset: str) -> Callable[[Any], None]:

@@ -20,14 +20,15 @@ into the job after the callback), so changes made here reach fairseq.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from argparse import Namespace
-from typing import Any, List, Sequence
+from typing import Any, Iterator, List, Sequence
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from .config import apply_preset, validate_model_config
+from .config import apply_preset
 from ..errors import HybridConfigError
 
 # the groups whose options the parse-time checks read, in fairseq-train's flat namespace
@@ -45,15 +46,31 @@ class HybridRunSetup(Callback):
     """Prepares a ``fairseq-hydra-train`` run of a hybrid_lstm model (see the module)."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        prepare_run_config(config, list(OmegaConf.select(config, "hydra.overrides.task") or []))
+        with one_line():
+            prepare_run_config(config, list(OmegaConf.select(config, "hydra.overrides.task") or []))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if is_hybrid_model(config):
-            raise HybridConfigError(
-                "fairseq-hydra-train --multirun is not supported with hybrid_lstm: Hydra "
-                "composes each job's config anew after its callbacks run, so the plugin "
-                "could not prepare it; run one job per command"
-            )
+        with one_line():
+            refuse_multirun(config)
+
+
+@contextlib.contextmanager
+def one_line() -> Iterator[None]:
+    """Hydra reports a callback's exception with a traceback; the plugin's errors leave as
+    their one line and exit status 1 instead (``SystemExit`` passes through Hydra)."""
+    try:
+        yield
+    except HybridConfigError as error:
+        raise SystemExit(str(error)) from None
+
+
+def refuse_multirun(config: DictConfig) -> None:
+    if is_hybrid_model(config):
+        raise HybridConfigError(
+            "fairseq-hydra-train --multirun is not supported with hybrid_lstm: Hydra "
+            "composes each job's config anew after its callbacks run, so the plugin "
+            "could not prepare it; run one job per command"
+        )
 
 
 def model_name(config: DictConfig) -> Any:
@@ -83,11 +100,31 @@ def prepare_run_config(config: DictConfig, overrides: Sequence[str]) -> None:
             default_user_dir(config.common)
         with open_dict(config):
             normalise_pipeline_chunks(config)
+        check_model_types(config)
         add_defaults(config)  # merges the model's (and task's, criterion's ...) dataclasses
         apply_preset(config.model, model_name(config))
         check_run_config(config, overrides)
     finally:
         OmegaConf.set_struct(config, struct)
+
+
+def check_model_types(config: DictConfig) -> None:
+    """Each ``model.*`` value has its option's type (fairseq found ``model.encoder_layers=
+    abc`` only inside the job, after Hydra wrote ``.hydra/`` and its log)."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    from .config import HybridLSTMConfig
+
+    try:
+        values = OmegaConf.to_container(config.model, resolve=True)
+        OmegaConf.merge(OmegaConf.structured(HybridLSTMConfig), values)
+    except OmegaConfBaseException as error:
+        key = getattr(error, "full_key", None) or "model"
+        value = getattr(error, "value", None)
+        reason = str(error).strip().splitlines()[0]
+        raise HybridConfigError(
+            f"model.{key.split('.')[-1]} {value!r} is not allowed: {reason}"
+        ) from None
 
 
 def default_user_dir(common: DictConfig) -> None:
@@ -107,23 +144,23 @@ def default_user_dir(common: DictConfig) -> None:
 
 
 def check_run_config(config: DictConfig, overrides: Sequence[str]) -> None:
-    """fairseq-train's parse-time checks and adaptations (``model.parse_time_checks``) on
-    the groups of a composed config."""
-    from .checks import check_data_dir
-    from .criterion import validate_criterion_args
+    """fairseq-train's parse-time checks (``checks.run_checks``, the same list) and
+    adaptations on the groups of a composed config."""
+    from .checks import run_checks
     from .integration import adapt_fairseq_config
-    from .placement_options import check_plan_options
 
     flat = Namespace()
     for group in CHECKED_GROUPS:
         node = config.get(group)
         if isinstance(node, DictConfig):
             vars(flat).update(OmegaConf.to_container(node, resolve=True))
-    validate_model_config(flat)
-    check_data_dir(flat)
+    if not getattr(flat, "data", None):
+        raise HybridConfigError(
+            "task.data is not set: give the data directory fairseq-preprocess wrote "
+            "(task.data=DIR)"
+        )
     check_pipeline_chunks(config)
-    plan = check_plan_options(flat, argv=[])  # model.pipeline_chunks=0 means automatic
-    validate_criterion_args(flat)
+    plan = run_checks(flat, argv=[])  # model.pipeline_chunks=0 means automatic
     cuda_devices = sum(1 for device in set(plan.devices) if device.type == "cuda")
     adapt_fairseq_config(config, cuda_devices, explicit_options(config, overrides))
 

@@ -18,17 +18,38 @@ import sacrebleu
 
 
 def read_hypotheses(path: str, expected: int) -> list[str]:
+    """The ``D-`` lines of fairseq-generate output ``path`` in id order; exits with one line
+    unless they are exactly ids 0 .. expected-1, each once (``expected``: the reference's
+    line count): a surplus hypothesis means a reference of another test set, a duplicate
+    id output of two runs."""
     hypotheses: dict[int, str] = {}
+    duplicates: list[int] = []
     with open(path, encoding="utf-8", newline="\n") as handle:
         for line in handle:
             if line.startswith("D-"):
                 ident, _score, text = (line.rstrip("\n").split("\t") + ["", ""])[:3]
-                hypotheses[int(ident[2:])] = text.replace("\r", " ")
+                index = int(ident[2:])
+                if index in hypotheses:
+                    duplicates.append(index)
+                hypotheses[index] = text.replace("\r", " ")
+    if duplicates:
+        sys.exit(
+            f"score.py: error: {path} has {len(duplicates)} duplicated hypothesis id(s) (first: "
+            f"{sorted(set(duplicates))[:5]}): the output of more than one fairseq-generate run?"
+        )
+    surplus = sorted(i for i in hypotheses if not 0 <= i < expected)
+    if surplus:
+        sys.exit(
+            f"score.py: error: {path} has {len(hypotheses)} hypotheses but the reference has "
+            f"{expected} lines (ids beyond it: {surplus[:5]}): is the reference of another "
+            "test set?"
+        )
     missing = [i for i in range(expected) if i not in hypotheses]
     if missing:
         sys.exit(
             f"score.py: error: {len(missing)} of {expected} sentences have no hypothesis in "
-            f"{path} (first: {missing[:5]}); did fairseq-generate run without --user-dir "
+            f"{path} ({len(hypotheses)} hypotheses for a {expected}-line reference; first "
+            f"missing: {missing[:5]}); did fairseq-generate run without --user-dir "
             "fairseq_hybrid and without --required-batch-size-multiple 1 (fairseq #5036)?"
         )
     return [hypotheses[i] for i in range(expected)]

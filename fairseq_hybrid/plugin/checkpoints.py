@@ -1,0 +1,325 @@
+"""What the plugin changes in fairseq's checkpoint handling (installed by
+``fairseq_patches.apply``), so that nothing is lost and nothing fails silently:
+
+- ``readable_checkpoints``: a truncated file or one that is not a checkpoint fails with one
+  line instead of an unpickling traceback.
+- ``safe_saves``: fairseq writes ``checkpoint_<epoch>_<updates>.pt`` to ``NAME.tmp`` and
+  renames it, but makes ``checkpoint_last.pt``/``checkpoint_best.pt`` with
+  ``shutil.copyfile`` (a kill during the copy leaves a truncated file), and a failed write
+  (disk full, read-only directory) is retried twice, logged as a traceback each time and
+  leaves the partial ``NAME.tmp`` behind. Here every file is written to a temporary name in
+  the save directory and renamed into place with the ordinary mode (umask); the copies are
+  hard links where the file system has them (instant, no extra space; every later write
+  replaces a name, never rewrites a file in place); a write that fails removes its
+  temporary file and stops the run with one line naming the directory, the bytes the
+  checkpoint needs and those free. The previous ``checkpoint_last.pt`` is never touched
+  until its replacement is whole.
+- ``checked_save_dir``: before training (fairseq's ``verify_checkpoint_directory``) the
+  save directory must be writable (one line, not a traceback), and the temporary files a
+  killed save left there are removed.
+- ``checked_resume``: a ``--restore-file`` that does not exist or is a directory is one
+  line (fairseq trained from scratch without a word); a rerun of a training that already
+  reached ``--max-update``/``--max-epoch`` says so in one line and exits 0 before it
+  changes anything (fairseq made one more update and overwrote the checkpoints).
+"""
+from __future__ import annotations
+
+import errno
+import functools
+import glob
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from typing import Any, Optional
+
+import torch
+
+from ..errors import HybridConfigError
+
+logger = logging.getLogger(__name__)
+TEMPORARY = ("checkpoint*.pt.tmp", "checkpoint*.pt.*.tmp")
+
+
+# ------------------------------------------------------------------ reading
+def readable_checkpoints() -> None:
+    """Install the wrapper (once) around fairseq's checkpoint loading."""
+    from fairseq import checkpoint_utils
+
+    original = checkpoint_utils.load_checkpoint_to_cpu
+    if getattr(original, "_hybrid_checked", False):
+        return
+
+    @functools.wraps(original)
+    def load_checkpoint_to_cpu(path, *args, **kwargs):
+        if os.path.isdir(path):
+            raise HybridConfigError(f"{path!r} is a directory, not a fairseq checkpoint file")
+        if not os.path.isfile(path):
+            return original(path, *args, **kwargs)  # fairseq's own "not found" handling
+        try:
+            state = original(path, *args, **kwargs)
+        except HybridConfigError:
+            raise
+        except Exception as error:  # unpickling, zip, EOF, missing keys ...
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise HybridConfigError(
+                f"{path!r} is not a readable fairseq checkpoint (truncated, or another kind "
+                f"of file): {type(error).__name__}: {reason[:200]}"
+            ) from None
+        if not isinstance(state, dict) or "model" not in state:
+            raise HybridConfigError(f"{path!r} is not a fairseq checkpoint: it holds no model weights")
+        return state
+
+    load_checkpoint_to_cpu._hybrid_checked = True
+    checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
+
+
+# ------------------------------------------------------------------ writing
+def ordinary_mode(path: str) -> None:
+    """The mode ``open()`` would have given ``path`` (mkstemp makes files 0600)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
+
+
+class _ByteCounter:
+    def __init__(self) -> None:
+        self.size = 0
+
+    def write(self, data: Any) -> int:
+        self.size += len(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+def save_failed(error: OSError, dst_path: str, needed: Optional[int]) -> HybridConfigError:
+    directory = os.path.dirname(os.path.abspath(dst_path))
+    try:
+        free = f"{shutil.disk_usage(directory).free:,} bytes are free there"
+    except OSError:
+        free = "the free space is unknown"
+    size = f"{needed:,} bytes" if needed is not None else "its size"
+    last = os.path.join(directory, "checkpoint_last.pt")
+    kept = ("the previous checkpoint_last.pt is unchanged" if os.path.isfile(last)
+            else "no checkpoint was written")
+    return HybridConfigError(
+        f"could not write {os.path.basename(dst_path)} in {directory}: "
+        f"{error.strerror or error} (the checkpoint needs {size}; {free}); {kept}. Free space "
+        "or give a writable --save-dir, then rerun the same command"
+    )
+
+
+def _temporary(dst_path: str) -> str:
+    directory = os.path.dirname(os.path.abspath(dst_path))
+    handle, tmp_path = tempfile.mkstemp(prefix=os.path.basename(dst_path) + ".", suffix=".tmp",
+                                        dir=directory)
+    os.close(handle)
+    return tmp_path
+
+
+def atomic_save(obj: Any, filename: str, async_write: bool = False) -> None:
+    """``checkpoint_utils.torch_persistent_save`` for local files: a temporary file, fsync,
+    rename; on a write error the temporary file is removed and one line raised."""
+    try:
+        tmp_path = _temporary(filename)
+    except OSError as error:
+        raise save_failed(error, filename, None) from None
+    try:
+        with open(tmp_path, "wb") as handle:
+            torch.save(obj, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        ordinary_mode(tmp_path)
+        os.replace(tmp_path, filename)
+    except BaseException as error:
+        _remove(tmp_path)
+        cause = os_error(error)
+        if cause is None:
+            raise
+        counter = _ByteCounter()
+        torch.save(obj, counter)
+        raise save_failed(cause, filename, counter.size) from None
+
+
+def atomic_copyfile(src_path: str, dst_path: str) -> str:
+    """``dst_path`` becomes ``src_path``'s content at once: a hard link (or, where links
+    are not possible, a copy) under a temporary name, renamed into place."""
+    try:
+        tmp_path = _temporary(dst_path)
+    except OSError as error:
+        raise save_failed(error, dst_path, os.path.getsize(src_path)) from None
+    try:
+        try:
+            os.remove(tmp_path)
+            os.link(src_path, tmp_path)
+        except OSError:  # no hard links here (or across devices): copy
+            shutil.copyfile(src_path, tmp_path)
+            ordinary_mode(tmp_path)
+        os.replace(tmp_path, dst_path)
+    except OSError as error:
+        _remove(tmp_path)
+        raise save_failed(error, dst_path, os.path.getsize(src_path)) from None
+    except BaseException:
+        _remove(tmp_path)
+        raise
+    return dst_path
+
+
+def os_error(error: BaseException) -> Optional[OSError]:
+    """The OSError behind ``error`` (torch.save reports a full disk as a RuntimeError of
+    its zip writer raised while handling the OSError)."""
+    seen = 0
+    while error is not None and seen < 5:
+        if isinstance(error, OSError):
+            return error
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def safe_saves() -> None:
+    """Install (once) for local files; remote ``iopath`` storage keeps its own saving."""
+    from fairseq import checkpoint_utils, file_io
+
+    manager = file_io.PathManager
+    if file_io.IOPathManager is not None or getattr(manager.copy, "_hybrid_atomic", False):
+        return
+
+    def copy(src_path: str, dst_path: str, overwrite: bool = False) -> str:
+        return atomic_copyfile(src_path, dst_path)
+
+    copy._hybrid_atomic = True
+    manager.copy = staticmethod(copy)
+    original = checkpoint_utils.torch_persistent_save
+
+    @functools.wraps(original)
+    def torch_persistent_save(obj: Any, filename: Any, async_write: bool = False) -> None:
+        if async_write or not isinstance(filename, str):
+            return original(obj, filename, async_write)
+        return atomic_save(obj, filename)
+
+    checkpoint_utils.torch_persistent_save = torch_persistent_save
+
+
+# ------------------------------------------------------------------ before training
+def remove_leftovers(save_dir: str) -> list:
+    """Delete the temporary files of saves that were killed; returns their names."""
+    removed = []
+    for pattern in TEMPORARY:
+        for path in glob.glob(os.path.join(glob.escape(save_dir), pattern)):
+            _remove(path)
+            removed.append(os.path.basename(path))
+    return sorted(removed)
+
+
+def check_save_dir(save_dir: str) -> None:
+    """The save directory exists (or can be made) and takes a file; one line if not."""
+    try:
+        os.makedirs(save_dir, exist_ok=True)
+        probe = _temporary(os.path.join(save_dir, "checkpoint_probe.pt"))
+        _remove(probe)
+    except OSError as error:
+        reason = error.strerror or str(error)
+        if error.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            reason += " (read-only or not yours)"
+        raise HybridConfigError(
+            f"--save-dir {save_dir!r} is not writable: {reason}; give a directory the "
+            "checkpoints can be written to (or --no-save)"
+        ) from None
+
+
+def checked_save_dir() -> None:
+    from fairseq import checkpoint_utils
+
+    original = checkpoint_utils.verify_checkpoint_directory
+    if getattr(original, "_hybrid_checked", False):
+        return
+
+    @functools.wraps(original)
+    def verify_checkpoint_directory(save_dir: str) -> None:
+        check_save_dir(save_dir)
+        removed = remove_leftovers(save_dir)
+        if removed:
+            logger.warning(f"removed {len(removed)} temporary file(s) of an interrupted save "
+                           f"from {save_dir}: {', '.join(removed)}")
+
+    verify_checkpoint_directory._hybrid_checked = True
+    checkpoint_utils.verify_checkpoint_directory = verify_checkpoint_directory
+
+
+# ------------------------------------------------------------------ resuming
+def restore_path(cfg: Any, suffix: str = "") -> Optional[str]:
+    """The file a non-default ``--restore-file`` names (None for fairseq's default)."""
+    restore = getattr(cfg, "restore_file", "checkpoint_last.pt") or "checkpoint_last.pt"
+    if restore == "checkpoint_last.pt":
+        return None
+    return restore.replace(".pt", suffix + ".pt") if suffix else restore
+
+
+def check_restore_file(cfg: Any, suffix: str = "") -> None:
+    path = restore_path(cfg, suffix)
+    if path is None:
+        return
+    if os.path.isdir(path):
+        raise HybridConfigError(f"--restore-file {path!r} is a directory: give a checkpoint file "
+                                "(e.g. DIR/checkpoint_last.pt)")
+    if not os.path.isfile(path):
+        raise HybridConfigError(
+            f"--restore-file {path!r} does not exist (it is read relative to the current "
+            "directory, not --save-dir); leave it out to resume from --save-dir's "
+            "checkpoint_last.pt"
+        )
+
+
+def already_done(cfg: Any, trainer: Any, epoch_itr: Any) -> Optional[str]:
+    """The line to print when the loaded checkpoint already reached the run's limits."""
+    optimization = trainer.cfg.optimization
+    updates, epoch = trainer.get_num_updates(), epoch_itr.next_epoch_idx
+    stage = (f"in epoch {epoch_itr.epoch}" if epoch_itr.iterations_in_epoch
+             else f"at the end of epoch {epoch_itr.epoch - 1}")
+    where = f"{cfg.save_dir} is {stage}, {updates} updates"
+    if optimization.max_update and updates >= optimization.max_update:
+        return (f"{where}: --max-update {optimization.max_update} is already reached; nothing "
+                "to do and no checkpoint changed (raise --max-update to train further)")
+    if optimization.max_epoch and epoch > optimization.max_epoch:
+        return (f"{where}: --max-epoch {optimization.max_epoch} is already done; nothing to do "
+                "and no checkpoint changed (raise --max-epoch to train further)")
+    return None
+
+
+def checked_resume() -> None:
+    from fairseq import checkpoint_utils
+
+    original = checkpoint_utils.load_checkpoint
+    if getattr(original, "_hybrid_checked", False):
+        return
+
+    @functools.wraps(original)
+    def load_checkpoint(cfg: Any, trainer: Any, **passthrough: Any) -> Any:
+        check_restore_file(cfg, getattr(trainer, "checkpoint_suffix", "") or "")
+        extra_state, epoch_itr = original(cfg, trainer, **passthrough)
+        line = already_done(cfg, trainer, epoch_itr) if extra_state is not None else None
+        if line is not None:
+            if getattr(trainer, "data_parallel_rank", 0) == 0:
+                print(f"fairseq_hybrid: training in {line}", file=sys.stderr, flush=True)
+            raise SystemExit(0)
+        return extra_state, epoch_itr
+
+    load_checkpoint._hybrid_checked = True
+    checkpoint_utils.load_checkpoint = load_checkpoint
+
+
+def apply() -> None:
+    readable_checkpoints()
+    safe_saves()
+    checked_save_dir()
+    checked_resume()
