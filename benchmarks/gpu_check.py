@@ -48,6 +48,7 @@ from .data import length_stats, synthetic_data
 from .fairseq_runs import BIN, ROOT, USER_DIR, BenchmarkError, TrainConfig, run_training
 from .flops import ModelShape, matmul_flops_per_second, training_flops_per_target_token
 from .jsonio import write_json_atomic
+from .pipeline_profile import pipeline_model_check
 from .scaling import dictionary_size
 
 SAMPLE = ROOT / "data" / "ende-sample"
@@ -349,25 +350,6 @@ def speed_check(device: str, work: Path, quick: bool) -> Tuple[str, Dict[str, An
 
 
 # ---------------------------------------------------------------- 5. pipeline model
-def pipeline_model_check(device: str, quick: bool) -> Tuple[str, Dict[str, Any]]:
-    from . import pipeline_model
-
-    if device.startswith("cuda"):
-        report = pipeline_model.run("wmt", quick=quick, devices=4, chunks=[1, 2, 4, 8, 16],
-                                    device=device, sentences=128)
-        semantics, devices = "cuda", 4
-    else:
-        report = pipeline_model.run("small", quick=True, devices=2, chunks=[1, 2, 4],
-                                    repeats=1, sentences=16)
-        semantics, devices = "cpu-workers", 2
-    rows = [r for r in report["predictions"][semantics] if r["devices"] == devices]
-    best = max(rows, key=lambda r: r["speedup"])
-    return (f"predicted {best['speedup']:.2f}x on {devices} devices at K={best['chunks']} "
-            f"({semantics} schedule, stage times measured on {device})",
-            {"stage_times": report["stage_times"], "predictions": rows,
-             "measured_on": report["measured_on"], "batch": report["batch"]})
-
-
 # ---------------------------------------------------------------- the run
 def run(device: Optional[str], quick: bool, work: Path) -> Dict[str, Any]:
     if device is None:

@@ -72,13 +72,14 @@ def measure_stage_times(
     threads: int = 1,
     progress: Callable[[str], None] = lambda message: None,
     device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
 ) -> StageTimes:
     """Measure the stage times of ``size`` on ``batch`` on one ``device`` ("cpu": this
     machine's CPU with ``threads`` torch threads, the thread count of one CPU device
-    worker; or e.g. "cuda:0", timed with ``torch.cuda.synchronize``)."""
+    worker; or e.g. "cuda:0", timed with ``torch.cuda.synchronize``) in ``dtype``."""
     model, task = build_model(size)
     sample = synthetic_sample(task.target_dictionary, batch)
     return measure_model_stage_times(model, task.target_dictionary, sample, size, batch, chunk_counts,
-                                     device_counts, repeats, threads, progress, device)
+                                     device_counts, repeats, threads, progress, device, dtype)
 
 

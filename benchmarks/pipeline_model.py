@@ -37,7 +37,7 @@ from fairseq_hybrid.perfmodel.measure import median
 from .jsonio import write_json_atomic
 from .models import build_model, measure_stage_times, synthetic_sample
 from .pipeline_profile import (
-    cpu_check_report, format_cpu_check, format_profile_report, measured_report, parse_link,
+    check_report, format_check, format_profile_report, measured_report, parse_link,
     profile_report,
 )
 from .pipeline_model_report import phase_times, stage_summary, format_report
@@ -296,8 +296,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             counts = counts or list(range(1, min(4, preset_layers) + 1))
             chunk_list = chunks or [1, 2, 4, 8, 16]
             if args.profile == "cpu":
-                report = cpu_check_report(args.preset, args.repeats or 3)
-                print(format_cpu_check(report))
+                report = check_report(args.preset, args.repeats or 3)
+                print(format_check(report))
                 out = args.json or f"results/bench/pipeline-model-{args.preset}-cpu-check.json"
                 write_json_atomic(report, out)
                 print(f"wrote {out}")

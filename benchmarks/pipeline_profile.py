@@ -1,5 +1,6 @@
 """``python -m benchmarks.pipeline_model --profile NAME``: the performance model for GPUs
-without one. Stage times come from FLOPs and bytes at a named profile's rates
+without one (and ``make gpu-check``'s pipeline-model check on one). Stage times come from
+FLOPs and bytes at a named profile's rates
 (``fairseq_hybrid/perfmodel/profiles.py``; ``measured``: this machine's device, measured),
 the head's traffic as the code moves it (``perfmodel/traffic.py``, the engine's ledger),
 and beside today's hybrid schedule, fairseq's data parallelism (DDP) of the same model at
@@ -10,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import asdict
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_hybrid.perfmodel.compare import SchemePrediction, compare, compare_profile, fastest
 from fairseq_hybrid.perfmodel.profiles import LINKS, PROFILES, DeviceProfile, sensitivity_variants, with_link
@@ -140,10 +141,27 @@ CHECKED_PARTS = ("embeddings_forward", "embeddings_backward", "pipeline_forward"
                  "pipeline_backward", "head_forward", "head_backward", "rest", "total")
 
 
-def cpu_check_report(preset: str, repeats: int = 3, threads: int = 1) -> Dict[str, Any]:
-    """The FLOP and byte model checked on this CPU: a ``cpu`` profile from measured rates
-    (``perfmodel/rates.py``), its stage times against stage times measured directly, part
-    by part of the one-device step, and the 2-device speedups predicted from each."""
+def profile_for(device: str) -> str:
+    """The named profile closest to the GPU ``device`` is (h100-sxm when none matches)."""
+    import torch
+
+    name = torch.cuda.get_device_name(torch.device(device)).lower()
+    for key, profile in (("h100", "h100-sxm"), ("h200", "h100-sxm"), ("a100", "a100-sxm"),
+                         ("v100", "v100")):
+        if key in name:
+            return profile
+    return "h100-sxm"
+
+
+def check_report(preset: str, repeats: int = 3, threads: int = 1, device: str = "cpu",
+                 profile_name: Optional[str] = None, sentences: Optional[int] = None) -> Dict[str, Any]:
+    """The FLOP and byte model checked where it can be: stage times from a profile's rates
+    (on the CPU a ``cpu`` profile measured here, ``perfmodel/rates.py``; on a GPU the named
+    profile closest to it, in bfloat16) against stage times measured directly on
+    ``device``, part by part of the one-device step, and the 2-device speedups each
+    predicts (the CPU's schedule on CPU devices, the GPU's dataflow on GPUs)."""
+    import torch
+
     from fairseq_hybrid.perfmodel.analytic import stage_times_from_profile
     from fairseq_hybrid.perfmodel.rates import measure_profile
     from fairseq_hybrid.perfmodel.simulate import predict_step
@@ -151,23 +169,32 @@ def cpu_check_report(preset: str, repeats: int = 3, threads: int = 1) -> Dict[st
     from .models import measure_stage_times
 
     spec = PRESETS[preset]
+    batch = spec.batch if device == "cpu" else (spec.gpu_batch or spec.batch)
+    if sentences:
+        batch = BatchSize(sentences, batch.source_len, batch.target_len)
     started, load = time.perf_counter(), os.getloadavg()
-    profile = measure_profile(spec.model, spec.batch, "cpu", threads, repeats)
+    if device == "cpu":
+        profile = measure_profile(spec.model, batch, "cpu", threads, repeats)
+        dtype, semantics = torch.float32, "cpu-workers"
+    else:
+        profile = PROFILES[profile_name or profile_for(device)]
+        dtype, semantics = torch.bfloat16, "cuda"
     chunks = [1, 2, 4]
-    measured = measure_stage_times(spec.model, spec.batch, chunks, [1, 2], repeats, threads)
-    modelled = stage_times_from_profile(spec.model, spec.batch, profile, chunks, [1, 2])
-    parts = {}
-    for name, stage in (("measured", measured), ("modelled", modelled)):
-        parts[name] = predict_step(stage, 1, 1, "cpu-workers")
+    measured = measure_stage_times(spec.model, batch, chunks, [1, 2], repeats, threads,
+                                   device=device, dtype=dtype)
+    modelled = stage_times_from_profile(spec.model, batch, profile, chunks, [1, 2])
+    stages = (("measured", measured), ("modelled", modelled))
+    parts = {name: predict_step(stage, 1, 1, semantics) for name, stage in stages}
     errors = {part: (parts["modelled"][part] - parts["measured"][part]) / parts["measured"][part]
               for part in CHECKED_PARTS if parts["measured"][part] > 0}
-    speedups = {name: {k: predict_step(stage, 1, 1, "cpu-workers")["total"]
-                       / predict_step(stage, 2, k, "cpu-workers")["total"] for k in chunks}
-                for name, stage in (("measured", measured), ("modelled", modelled))}
+    speedups = {name: {k: predict_step(stage, 1, 1, semantics)["total"]
+                       / predict_step(stage, 2, k, semantics)["total"] for k in chunks}
+                for name, stage in stages}
     return {
-        "what": "the FLOP and byte model on this CPU: stage times from measured rates vs "
-                "stage times measured directly (1 torch thread, float32)",
-        "preset": preset, "model": asdict(spec.model), "batch": asdict(spec.batch),
+        "what": f"the FLOP and byte model on {device}: stage times from the {profile.name} "
+                f"profile's rates vs stage times measured directly ({dtype}, "
+                f"{threads} torch thread(s) on the CPU)",
+        "preset": preset, "model": asdict(spec.model), "batch": asdict(batch),
         "profile": profile.assumptions(), "profile_lines": profile.lines(),
         "one_device_step_s": {name: {p: round(v, 6) for p, v in values.items() if p in CHECKED_PARTS}
                               for name, values in parts.items()},
@@ -179,7 +206,7 @@ def cpu_check_report(preset: str, repeats: int = 3, threads: int = 1) -> Dict[st
     }
 
 
-def format_cpu_check(report: Dict[str, Any]) -> str:
+def format_check(report: Dict[str, Any]) -> str:
     lines = [report["what"], *report["profile_lines"], "",
              f"  {'part of the 1-device step':<26}{'measured s':>12}{'modelled s':>12}{'error':>9}"]
     step = report["one_device_step_s"]
@@ -193,3 +220,29 @@ def format_cpu_check(report: Dict[str, Any]) -> str:
     load = report["load_average_start_end"]
     lines.append(f"  load average {load[0][0]:.1f} -> {load[1][0]:.1f}; {report['elapsed_s']:.0f} s")
     return "\n".join(lines)
+
+
+def pipeline_model_check(device: str, quick: bool) -> Tuple[str, Dict[str, Any]]:
+    from . import pipeline_model  # it imports this module
+
+    if device.startswith("cuda"):
+        report = pipeline_model.run("wmt", quick=quick, devices=4, chunks=[1, 2, 4, 8, 16],
+                                    device=device, sentences=128)
+        semantics, devices = "cuda", 4
+    else:
+        report = pipeline_model.run("small", quick=True, devices=2, chunks=[1, 2, 4],
+                                    repeats=1, sentences=16)
+        semantics, devices = "cpu-workers", 2
+    rows = [r for r in report["predictions"][semantics] if r["devices"] == devices]
+    best = max(rows, key=lambda r: r["speedup"])
+    data = {"stage_times": report["stage_times"], "predictions": rows,
+            "measured_on": report["measured_on"], "batch": report["batch"]}
+    detail = (f"predicted {best['speedup']:.2f}x on {devices} devices at K={best['chunks']} "
+              f"({semantics} schedule, stage times measured on {device})")
+    if device.startswith("cuda"):  # the GPU profile's error on the GPU at hand
+        profile_check = check_report("wmt", repeats=1 if quick else 3, device=device, sentences=128)
+        print(format_check(profile_check), flush=True)
+        data["profile_check"] = profile_check
+        detail += f"; profile {profile_check['profile']['name']} error on the step " \
+                  f"{profile_check['error']['total']:+.0%}"
+    return detail, data

@@ -134,10 +134,12 @@ def measure_model_stage_times(
     threads: int = 1,
     progress: Callable[[str], None] = lambda message: None,
     device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
 ) -> StageTimes:
     """``measure_stage_times`` of a given ``HybridLSTMModel`` (train mode) on a given
     collated ``sample`` of ``batch``'s shape (a real batch, padding and all: the advisor's),
-    moved to ``device``. On CUDA, ``StageTimes.peak_bytes`` is the device's peak."""
+    moved to ``device`` in ``dtype`` (a GPU's bfloat16). On CUDA, ``StageTimes.peak_bytes``
+    is the device's peak."""
     saved_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -147,7 +149,7 @@ def measure_model_stage_times(
         if dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(dev)
         now = device_clock(dev)
-        model = model.to(dev)
+        model = model.to(dev, dtype)
         sample = dict(sample, target=sample["target"].to(dev),
                       net_input={name: value.to(dev) if name != "src_lengths" else value
                                  for name, value in sample["net_input"].items()})
@@ -196,8 +198,10 @@ def measure_model_stage_times(
         module = ShardLoss(decoder.head, loss_fn)
         shard_sizes = sorted({math.ceil(batch.sentences / n) for n in device_counts}
                              | {batch.sentences})
-        features_all = torch.randn(batch.sentences, batch.target_len, features_dim, device=dev)
-        sources_all = torch.randn(batch.sentences, batch.source_len, size.hidden, device=dev)
+        features_all = torch.randn(batch.sentences, batch.target_len, features_dim, device=dev,
+                                   dtype=dtype)
+        sources_all = torch.randn(batch.sentences, batch.source_len, size.hidden, device=dev,
+                                  dtype=dtype)
         padding_all = torch.zeros(batch.sentences, batch.source_len, dtype=torch.bool, device=dev)
         head_f: Dict[int, List[float]] = {s: [] for s in shard_sizes}
         head_b: Dict[int, List[float]] = {s: [] for s in shard_sizes}
@@ -253,6 +257,7 @@ def measure_model_stage_times(
             head_params, head_input, median(rest), overhead, str(dev),
             total_bytes - sum(layer_bytes), layer_bytes,
             torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else 0,
+            activation_bytes=element,
         )
     finally:
         torch.set_num_threads(saved_threads)
