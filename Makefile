@@ -56,9 +56,13 @@ bench-quick: install
 bench: install
 	$(VENV)/bin/python -m benchmarks.scaling --preset small --devices $(BENCH_DEVICES)
 
-# The matched quality study: fairseq lstm (input feeding), hybrid_lstm and hybrid_lstm
-# --input-feeding, 3 seeds each, on the bundled sample (<= 90 min on 2 cores):
-# results/quality/quality-sample.{json,png,md}. QUALITY_ARGS=--quick checks the path in minutes.
+# The converged quality study (docs/quality.md): fairseq lstm and hybrid_lstm (5 seeds each),
+# hybrid_lstm --input-feeding (3), each trained until --patience stops it (at most 16,000
+# updates), 2 runs at a time, 1 thread each. Expect ~10-16 h on 2 otherwise idle cores, more
+# when shared. Resumable: stop it anytime and rerun `make bench-quality`; finished runs
+# (results/quality/runs/converged-sample/) are skipped, an interrupted one resumes from its
+# checkpoint. QUALITY_ARGS=--report-only reports on the runs done; QUALITY_ARGS=--quick checks
+# the path in about a minute. Output: results/quality/converged-sample.{json,png,md}.
 bench-quality: install
 	$(VENV)/bin/python -m benchmarks.quality $(QUALITY_ARGS)
 

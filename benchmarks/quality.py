@@ -36,7 +36,7 @@ from . import quality_analysis, quality_chart, quality_report
 from .data import sample_data
 from .fairseq_runs import ROOT, BenchmarkError
 from .quality_generate import join, job, probe_groups, read_output, run_jobs, write_probe
-from .quality_runs import MODEL, MODELS, Schedule, sizes, train
+from .quality_runs import MODEL, MODELS, Schedule, model_options, sizes, train, visible_devices
 from .quality_stats import unigram_perplexity
 from .quality_store import Store, plan, write_text
 
@@ -45,6 +45,13 @@ FULL = {"seeds": "1,2,3,4,5", "if_seeds": 3, "max_update": 16000, "interval": 25
         "lenpens": "0.6,0.8,1.0,1.2,1.4", "layers": 2, "dim": 256}
 QUICK = {"seeds": "1", "if_seeds": 1, "max_update": 20, "interval": 10, "patience": 1,
          "lenpens": "1.0,1.4", "layers": 1, "dim": 32}
+# the training settings of each preset: the sample recipe's, or the WMT recipes' (recipes/lib/wmt.sh)
+PRESETS = {
+    "sample": {"lr": 0.003, "dropout": 0.3, "clip_norm": 1.0, "max_tokens": 2000,
+               "lr_scheduler": "--lr-scheduler fixed", "share": "--share-all-embeddings"},
+    "wmt": {"lr": 0.001, "dropout": 0.2, "clip_norm": 5.0, "max_tokens": 8000,
+            "lr_scheduler": "--lr-scheduler reduce_lr_on_plateau --lr-shrink 0.5", "share": ""},
+}
 DEFAULT_LENPEN = 1.0
 TIMEOUT = 48 * 3600
 
@@ -75,8 +82,13 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     add("--reference", help="raw test references, one per line (needed with --data)")
     add("--source", help="raw test sources (needed with --data)")
     add("--remove-bpe", help="fairseq-generate --remove-bpe (sample: sentencepiece)")
-    add("--max-tokens", type=int, default=2000)
-    add("--lr", type=float, default=0.003)
+    add("--preset", choices=sorted(PRESETS), default="sample",
+        help="sample: 2+2 x --dim LSTMs, the sample recipe's training; wmt: the WMT recipes' models "
+        "(lstm_luong_wmt_en_de, hybrid_lstm_wmt_en_de) and training (recipes/lib/wmt.sh)")
+    add("--max-tokens", type=int, help="tokens per batch (preset: sample 2000, wmt 8000)")
+    add("--lr", type=float, help="learning rate (preset: sample 0.003 fixed, wmt 0.001 halved on plateaus)")
+    add("--dropout", type=float, help="dropout (preset: sample 0.3, wmt 0.2)")
+    add("--clip-norm", type=float, help="gradient norm clipping (preset: sample 1, wmt 5)")
     add("--hybrid-devices", default="cpu", help="hybrid_lstm's --hybrid-devices (default cpu; e.g. cuda:0,cuda:1)")
     add("--samples", type=int, default=1000, help="bootstrap resamples (default 1000)")
     add("--report-only", action="store_true", help="report on the stored runs; train nothing")
@@ -85,8 +97,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     add("--out", default=str(ROOT / "results/quality"))
     add("--name", help="study name (default converged-sample, quality-quick with --quick)")
     args = parser.parse_args(argv)
-    for key, value in (QUICK if args.quick else FULL).items():
-        if getattr(args, key) is None:
+    for key, value in ((QUICK if args.quick else FULL) | PRESETS[args.preset]).items():
+        if getattr(args, key, None) is None:
             setattr(args, key, value)
     try:
         args.seed_list = [int(s) for s in args.seeds.split(",")]
@@ -103,8 +115,13 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} {getattr(args, name)}: must be an integer >= 1")
     if args.if_seeds > len(args.seed_list):
         parser.error(f"--if-seeds {args.if_seeds}: more than the {len(args.seed_list)} seed(s) in --seeds")
-    if args.lr <= 0:
-        parser.error(f"--lr {args.lr}: must be > 0")
+    for name in ("lr", "clip_norm"):
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name.replace('_', '-')} {getattr(args, name)}: must be > 0")
+    if not 0 <= args.dropout < 1:
+        parser.error(f"--dropout {args.dropout}: must be in [0, 1)")
+    if not all(d == "cpu" or (d.startswith("cuda:") and d[5:].isdigit()) for d in args.hybrid_devices.split(",")):
+        parser.error(f"--hybrid-devices {args.hybrid_devices!r}: use cpu (or cpu,cpu) or cuda:0,cuda:1,...")
     if args.max_update % args.interval:
         parser.error(f"--max-update {args.max_update} is not a multiple of --interval {args.interval}")
     if args.data:
@@ -125,8 +142,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
 
 def schedule_of(args: argparse.Namespace) -> Schedule:
     return Schedule(max_update=args.max_update, interval=args.interval, patience=args.patience,
-                    max_tokens=args.max_tokens, lr=args.lr, threads=args.threads,
-                    sizes=sizes(args.layers, args.dim), lenpens=args.lenpen_list)
+                    max_tokens=args.max_tokens, lr=args.lr, dropout=args.dropout, clip_norm=args.clip_norm,
+                    lr_scheduler=args.lr_scheduler, share=args.share, threads=args.threads,
+                    sizes=sizes(args.layers, args.dim) if args.preset == "sample" else "", lenpens=args.lenpen_list)
 
 
 def planned(args: argparse.Namespace) -> List[Tuple[str, int]]:
@@ -135,8 +153,8 @@ def planned(args: argparse.Namespace) -> List[Tuple[str, int]]:
             if m.key != "hybrid_if" or i < args.if_seeds]
 
 
-def model_options(key: str, args: argparse.Namespace) -> str:
-    return MODEL[key].options.replace("--hybrid-devices cpu", f"--hybrid-devices {args.hybrid_devices}")
+def options_of(key: str, args: argparse.Namespace) -> str:
+    return model_options(key, args.preset, args.hybrid_devices)
 
 
 def fingerprint(data: Path) -> str:
@@ -150,7 +168,7 @@ def fingerprint(data: Path) -> str:
 
 def run_settings(args, schedule: Schedule, key: str, data: Path) -> Dict[str, object]:
     return {"data": fingerprint(data), "schedule": json.loads(json.dumps(dataclasses.asdict(schedule))),
-            "options": model_options(key, args), "criterion": MODEL[key].criterion, "remove_bpe": args.remove_bpe}
+            "options": options_of(key, args), "criterion": MODEL[key].criterion, "remove_bpe": args.remove_bpe}
 
 
 def run_one(args, store: Store, data: Path, probe: Path, schedule: Schedule, key: str, seed: int,
@@ -171,7 +189,8 @@ def run_one(args, store: Store, data: Path, probe: Path, schedule: Schedule, key
         print(f"[{key} seed {seed}] {'resuming' if status == 'resume' else 'training'} (patience "
               f"{schedule.patience} x {schedule.interval} updates, at most {schedule.max_update})", flush=True)
         model = dataclasses.replace(MODEL[key], options=settings["options"])
-        result = train(str(data), model, schedule, seed, run_dir, TIMEOUT)
+        result = train(str(data), model, schedule, seed, run_dir, TIMEOUT,
+                       visible_devices(settings["options"], args.hybrid_devices))
         write_text(trained, json.dumps(result, indent=1))
     record.update(result)
     best = run_dir / "checkpoints/checkpoint_best.pt"
@@ -184,7 +203,8 @@ def run_one(args, store: Store, data: Path, probe: Path, schedule: Schedule, key
                                   str(gen / f"{name}.lp{{lenpen}}.out"), cpu)
              for name, d in (("test", data), ("probe", probe))
              for tag, lp in (("default", DEFAULT_LENPEN), ("best", "best"))}
-    generated = run_jobs(sweep, final, DEFAULT_LENPEN, gen / "generate.log", schedule.threads, TIMEOUT)
+    generated = run_jobs(sweep, final, DEFAULT_LENPEN, gen / "generate.log", schedule.threads, TIMEOUT,
+                         visible_devices("", args.hybrid_devices))
     record["lenpen_valid_bleu"], record["best_lenpen"] = generated["lenpen_valid_bleu"], generated["best_lenpen"]
     record["generate_seconds"] = generated["seconds"]
     outputs = generated["outputs"]
@@ -263,8 +283,9 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
         "name": args.name, "date": now(), "command": " ".join(["python -m benchmarks.quality", *sys.argv[1:]]),
         "settings": dataclasses.asdict(schedule) | {
             "seeds": args.seed_list, "if_seeds": args.if_seeds, "jobs": args.jobs, "remove_bpe": args.remove_bpe,
-            "data": str(data), "vocab": None if args.data else args.vocab, "hybrid_devices": args.hybrid_devices},
-        "models": {m.key: {"name": m.name, "options": model_options(m.key, args), "criterion": m.criterion}
+            "data": str(data), "vocab": None if args.data else args.vocab, "hybrid_devices": args.hybrid_devices,
+            "preset": args.preset},
+        "models": {m.key: {"name": m.name, "options": options_of(m.key, args), "criterion": m.criterion}
                    for m in MODELS},
         "unigram": unigram_perplexity(data),
         "partial": None if len(done) == len(runs) else f"{len(done)} of {len(runs)} runs finished",

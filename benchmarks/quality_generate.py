@@ -45,7 +45,7 @@ def job(data: str, subset: str, checkpoint: Path, schedule: Schedule, lenpen, re
 
 
 def run_jobs(sweep: Dict[float, Dict[str, object]], final: Dict[str, Dict[str, object]], default: float,
-             log_path: Path, threads: int, timeout: float) -> Dict[str, object]:
+             log_path: Path, threads: int, timeout: float, visible: str = "") -> Dict[str, object]:
     """In one subprocess: the ``sweep`` jobs (one per length penalty, on the validation
     set), the best length penalty by their BLEU against fairseq's T- lines (ties: the one
     nearest ``default``), then the ``final`` jobs, whose ``lenpen`` "best" and ``{lenpen}``
@@ -56,8 +56,8 @@ def run_jobs(sweep: Dict[float, Dict[str, object]], final: Dict[str, Dict[str, o
                                 "default": default, "result": str(log_path.with_suffix(".result.json"))}, indent=1))
     result = log_path.with_suffix(".result.json")
     if not result.exists():
-        run_checked([sys.executable, "-m", "benchmarks.quality_generate", str(spec)], log_path,
-                    environment(threads) | {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)}, timeout)
+        env = environment(threads, None, visible) | {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        run_checked([sys.executable, "-m", "benchmarks.quality_generate", str(spec)], log_path, env, timeout)
     return json.loads(result.read_text())
 
 

@@ -40,6 +40,26 @@ MODELS = [
           "hybrid_cross_entropy"),
 ]
 MODEL = {m.key: m for m in MODELS}
+# --preset wmt: the WMT recipes' models (recipes/lib/wmt.sh): 4+4 x 1000, Luong attention
+WMT_ARCHS = {"lstm": "lstm_luong_wmt_en_de", "hybrid": "hybrid_lstm_wmt_en_de", "hybrid_if": "hybrid_lstm_wmt_en_de"}
+
+
+def model_options(key: str, preset: str, hybrid_devices: str) -> str:
+    """fairseq-train options of one model: its --arch (the preset's), its devices."""
+    options = MODEL[key].options.replace("--hybrid-devices cpu", f"--hybrid-devices {hybrid_devices}")
+    if preset == "wmt":
+        options = options.replace(f"--arch {'hybrid_lstm' if key != 'lstm' else 'lstm'}",
+                                  f"--arch {WMT_ARCHS[key]}", 1)
+    return options
+
+
+def visible_devices(options: str, hybrid_devices: str) -> Optional[str]:
+    """CUDA_VISIBLE_DEVICES of a run: "" (no GPU) on CPU; the hybrid as the caller has it
+    (its --hybrid-devices name the GPUs); the baseline (and beam search) only the first of
+    them, as recipes/lib/wmt.sh runs them."""
+    if "cuda" not in hybrid_devices:
+        return ""
+    return None if "--hybrid-devices" in options else hybrid_devices.split(",")[0].split(":")[1]
 
 
 def sizes(layers: int, dim: int) -> str:
@@ -65,7 +85,7 @@ class Schedule:
     clip_norm: float = 1.0
     optimizer: str = "adam"
     adam_betas: str = "(0.9, 0.98)"
-    lr_scheduler: str = "fixed"
+    lr_scheduler: str = "--lr-scheduler fixed"
     sizes: str = sizes(2, 256)
     share: str = "--share-all-embeddings"
     beam: int = 5
@@ -82,7 +102,7 @@ def train_command(data: str, model: Model, schedule: Schedule, seed: int, save_d
         *shlex.split(s.sizes), *shlex.split(s.share), "--dropout", str(s.dropout),
         "--criterion", model.criterion, "--label-smoothing", str(s.label_smoothing),
         "--optimizer", s.optimizer, "--adam-betas", s.adam_betas, "--lr", str(s.lr),
-        "--lr-scheduler", s.lr_scheduler, "--clip-norm", str(s.clip_norm),
+        *shlex.split(s.lr_scheduler), "--clip-norm", str(s.clip_norm),
         "--max-tokens", str(s.max_tokens), "--max-update", str(s.max_update), "--max-epoch", "0",
         "--patience", str(s.patience), "--seed", str(seed),
         "--validate-interval", "1000000", "--validate-interval-updates", str(s.interval),
@@ -164,10 +184,13 @@ def parameters(log: str) -> int:
     return int(match.group(1).replace(",", ""))
 
 
-def environment(threads: int, memory_dir: Optional[Path] = None) -> Dict[str, str]:
+def environment(threads: int, memory_dir: Optional[Path] = None, visible: Optional[str] = "") -> Dict[str, str]:
+    """A run's environment: ``threads`` torch threads, the memory report into ``memory_dir``,
+    CUDA_VISIBLE_DEVICES ``visible`` ("": no GPU; None: as given)."""
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(threads),
                MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
-    env.pop("CUDA_VISIBLE_DEVICES", None)
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
     env.pop(MEMORY_ENV, None)
     if memory_dir is not None:
         env[MEMORY_ENV] = str(memory_dir)
@@ -192,7 +215,7 @@ def peak_memory(memory_dir: Path) -> Dict[str, object]:
 
 
 def train(data: str, model: Model, schedule: Schedule, seed: int, run_dir: Path,
-          timeout: float) -> Dict[str, object]:
+          timeout: float, visible: Optional[str] = "") -> Dict[str, object]:
     """Train (or resume) one model and seed until patience or the budget stops it; return
     its curve, stopping point, speed, memory and parameter count."""
     save_dir = run_dir / "checkpoints"
@@ -207,7 +230,7 @@ def train(data: str, model: Model, schedule: Schedule, seed: int, run_dir: Path,
         done_already = stopping(learning_curve(log), schedule)["stopped_by"] is not None
     if not done_already:
         log = run_checked(train_command(data, model, schedule, seed, save_dir), log_path,
-                          environment(schedule.threads, memory_dir), timeout, append=resumed)
+                          environment(schedule.threads, memory_dir, visible), timeout, append=resumed)
     curve = learning_curve(log)
     stop = stopping(curve, schedule)
     if stop["stopped_by"] is None:

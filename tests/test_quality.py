@@ -11,7 +11,8 @@ import sacrebleu
 
 from benchmarks import quality, quality_stats as qs
 from benchmarks.quality_generate import best_lenpen, join, probe_groups
-from benchmarks.quality_runs import Schedule, learning_curve, stopping, training_speed
+from benchmarks.quality_runs import (Schedule, learning_curve, model_options, stopping, train_command,
+                                     training_speed, visible_devices)
 from benchmarks.quality_store import SettingsMismatch, Store, plan
 
 REFS = ["the cat sat on the mat", "a dog barks at night", "it is raining again today",
@@ -199,6 +200,51 @@ def test_bad_input_stops_with_one_line_before_any_work(capsys, args, message):
         quality.parse_args(args)
     assert stop.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == [f"benchmarks.quality: error: {message}"]
+
+
+def test_presets_train_the_sample_recipes_or_the_wmt_recipes_models_on_their_devices():
+    sample = quality.parse_args([])
+    command = train_command("bin", quality.MODEL["hybrid"], quality.schedule_of(sample), 3, "ckpt")
+    joined = " ".join(command)
+    assert "--optimizer adam" in joined and "--lr 0.003 --lr-scheduler fixed --clip-norm 1.0" in joined
+    assert "--max-update 16000" in joined and "--patience 4" in joined and "--validate-interval-updates 250" in joined
+    assert "--encoder-layers 2" in joined and "--share-all-embeddings" in joined and "--seed 3" in joined
+    assert sample.seed_list == [1, 2, 3, 4, 5] and quality.planned(sample).count(("hybrid_if", 4)) == 0
+    assert len(quality.planned(sample)) == 13
+    wmt = quality.parse_args(["--preset", "wmt", "--hybrid-devices", "cuda:2,cuda:3"])
+    joined = " ".join(train_command("bin", quality.MODEL["lstm"], quality.schedule_of(wmt), 1, "ckpt"))
+    assert "--lr 0.001 --lr-scheduler reduce_lr_on_plateau --lr-shrink 0.5 --clip-norm 5.0" in joined
+    assert "--max-tokens 8000" in joined and "--dropout 0.2" in joined and "--encoder-layers" not in joined
+    assert model_options("lstm", "wmt", "cuda:2,cuda:3") == "--arch lstm_luong_wmt_en_de"
+    hybrid_if = model_options("hybrid_if", "wmt", "cuda:2,cuda:3")
+    assert hybrid_if == "--arch hybrid_lstm_wmt_en_de --hybrid-devices cuda:2,cuda:3 --input-feeding"
+    # the hybrid sees the GPUs it names; the baseline and beam search only the first; CPU runs none
+    assert visible_devices(hybrid_if, "cuda:2,cuda:3") is None
+    assert visible_devices("--arch lstm_luong_wmt_en_de", "cuda:2,cuda:3") == "2"
+    assert visible_devices("--arch lstm", "cpu") == ""
+
+
+def test_the_wmt_recipes_quality_stage_runs_the_study_with_the_recipes_settings(tmp_path):
+    import subprocess
+
+    for name in ("bin/train.en-de.en.idx", "bin/test.en-de.en.idx", "clean/test.ref.de", "clean/test.en"):
+        (tmp_path / "wmt" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "wmt" / name).write_text("")  # what the study checks exists before any work
+    env = dict(os.environ, DRY_RUN="1", GPUS="0,1", MAX_UPDATE="20000", SAVE_INTERVAL="2000",
+               QUALITY_SEEDS="1,2,3", DATA_DIR=str(tmp_path / "wmt"))
+    proc = subprocess.run(["bash", "recipes/wmt17_en_de/run.sh", "quality"], cwd=quality.ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    line = proc.stdout.splitlines()[-1]
+    assert line.startswith("quality   [would run] the quality study")
+    study = line.split("&& ", 1)[1].rstrip(")").split()
+    args = quality.parse_args(study[3:])  # what the stage would run parses, with the recipe's settings
+    assert (args.preset, args.hybrid_devices, args.max_update, args.interval) == ("wmt", "cuda:0,cuda:1", 20000, 2000)
+    assert args.seed_list == [1, 2, 3] and args.name == "wmt17_en_de" and args.remove_bpe == "sentencepiece"
+    assert args.reference == str(tmp_path / "wmt/clean/test.ref.de")
+    bad = subprocess.run(["bash", "recipes/wmt17_en_de/run.sh", "quality"], cwd=quality.ROOT,
+                         env=env | {"SAVE_INTERVAL": "3000"}, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and "MAX_UPDATE=20000 is not a multiple of SAVE_INTERVAL=3000" in bad.stderr
 
 
 @pytest.fixture(scope="module")
