@@ -27,6 +27,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -36,7 +37,7 @@ from . import quality_analysis, quality_chart, quality_report
 from .data import sample_data
 from .fairseq_runs import ROOT, BenchmarkError
 from .quality_generate import join, job, probe_groups, read_output, run_jobs, write_probe
-from .quality_runs import MODEL, MODELS, Schedule, model_options, sizes, train, visible_devices
+from .quality_runs import MODEL, MODELS, Schedule, model_options, sizes, stop_children, train, visible_devices
 from .quality_stats import unigram_perplexity
 from .quality_store import Store, plan, write_text
 
@@ -94,7 +95,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     add("--report-only", action="store_true", help="report on the stored runs; train nothing")
     add("--keep-checkpoints", action="store_true", help="keep each finished run's checkpoints")
     add("--work", default=str(ROOT / "work/quality"))
-    add("--out", default=str(ROOT / "results/quality"))
+    add("--out", help="report and run records (default results/quality; with --quick work/quality/quick-results)")
     add("--name", help="study name (default converged-sample, quality-quick with --quick)")
     args = parser.parse_args(argv)
     for key, value in ((QUICK if args.quick else FULL) | PRESETS[args.preset]).items():
@@ -137,6 +138,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
         if path and not args.data:
             parser.error(f"--{name} is only for --data (the bundled sample has its own)")
     args.name = args.name or ("quality-quick" if args.quick else "converged-sample")
+    args.out = args.out or str(ROOT / ("work/quality/quick-results" if args.quick else "results/quality"))
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     return args
 
 
@@ -253,6 +256,38 @@ def test_set(args: argparse.Namespace) -> Dict[str, List[str]]:
             "probe_references": join(refs, groups), "probe_sources": join(sources, groups)}
 
 
+def run_all(args, store: Store, data: Path, probe: Path, schedule: Schedule, runs: List[Tuple[str, int]],
+            test: Dict[str, List[str]], todo: Dict[Tuple[str, int], str]) -> None:
+    """``--jobs`` runs at a time. A run that fails is reported at once and the others go on
+    (a rerun retries it); SIGTERM stops the running children and starts nothing new."""
+    def terminate(signum, frame):
+        stop_children()
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs)
+    futures = {pool.submit(run_one, args, store, data, probe, schedule, key, seed, test, todo[(key, seed)]):
+               (key, seed) for key, seed in runs}
+    failed = []
+    try:
+        for future in concurrent.futures.as_completed(futures):
+            try:
+                future.result()
+            except BenchmarkError as error:
+                key, seed = futures[future]
+                failed.append(f"{key}-seed{seed}")
+                print(f"[{key} seed {seed}] FAILED (a rerun retries it): {str(error)[-2000:]}", flush=True)
+    except BaseException:
+        stop_children()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        signal.signal(signal.SIGTERM, previous)
+    if failed:
+        raise BenchmarkError(f"{len(failed)} run(s) failed: {', '.join(failed)} (rerun the same command to retry; "
+                             "finished runs are kept)")
+
+
 def run(args: argparse.Namespace) -> Dict[str, object]:
     started = time.time()
     schedule = schedule_of(args)
@@ -270,17 +305,13 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
     print("plan: " + ", ".join(f"{k}-seed{s}: {todo[(k, s)]}" for k, s in runs), flush=True)
     if not args.report_only:
         probe = write_probe(data, test["probe_groups"], Path(args.work) / args.name / "probe-bin")
-        with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            futures = [pool.submit(run_one, args, store, data, probe, schedule, key, seed, test, todo[(key, seed)])
-                       for key, seed in runs]
-            for future in futures:
-                future.result()
+        run_all(args, store, data, probe, schedule, runs, test, todo)
     loaded = {(k, s): store.load(k, s) for k, s in runs}
     done = [(v[0], v[1]) for v in loaded.values() if v]
     if not done:
         raise BenchmarkError(f"no finished runs under {store.records} to report on")
     report: Dict[str, object] = {
-        "name": args.name, "date": now(), "command": " ".join(["python -m benchmarks.quality", *sys.argv[1:]]),
+        "name": args.name, "date": now(), "command": " ".join(["python -m benchmarks.quality", *args.argv]),
         "settings": dataclasses.asdict(schedule) | {
             "seeds": args.seed_list, "if_seeds": args.if_seeds, "jobs": args.jobs, "remove_bpe": args.remove_bpe,
             "data": str(data), "vocab": None if args.data else args.vocab, "hybrid_devices": args.hybrid_devices,

@@ -15,9 +15,10 @@ import os
 import re
 import shlex
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Set
 
 from .fairseq_runs import BIN, USER_DIR, BenchmarkError
 
@@ -197,11 +198,37 @@ def environment(threads: int, memory_dir: Optional[Path] = None, visible: Option
     return env
 
 
+STOP = threading.Event()  # set by stop_children(): no new child starts
+_children: Set[subprocess.Popen] = set()
+_lock = threading.Lock()
+
+
+def stop_children() -> None:
+    """Stop every running fairseq child (SIGTERM) and start no new one: what the study does
+    when it is told to stop, so that no orphan keeps writing into a run's directory."""
+    STOP.set()
+    with _lock:
+        for child in _children:
+            child.terminate()
+
+
 def run_checked(command: List[str], log_path: Path, env: Dict[str, str], timeout: float, append: bool = False) -> str:
     """Run ``command`` with stdout and stderr in ``log_path``; return the whole log."""
     with open(log_path, "a" if append else "w", encoding="utf-8") as log:
-        proc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, text=True, env=env,
-                              timeout=timeout, cwd=log_path.parent)
+        with _lock:
+            if STOP.is_set():
+                raise BenchmarkError("stopped")
+            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True, env=env,
+                                    cwd=log_path.parent)
+            _children.add(proc)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        finally:
+            with _lock:
+                _children.discard(proc)
     text = log_path.read_text(encoding="utf-8")
     if proc.returncode != 0:
         raise BenchmarkError(f"{shlex.join(command)} exited {proc.returncode} (log: {log_path}):\n{text[-3000:]}")

@@ -185,6 +185,26 @@ def test_a_rerun_skips_finished_runs_resumes_started_ones_and_refuses_other_sett
     assert store.status("lstm", 1, settings["lstm"]) == "new"
 
 
+def test_a_failed_run_is_reported_and_the_others_still_run(monkeypatch, capsys):
+    from benchmarks.fairseq_runs import BenchmarkError
+
+    done = []
+
+    def run_one(args, store, data, probe, schedule, key, seed, test, status):
+        if (key, seed) == ("lstm", 1):
+            raise BenchmarkError("fairseq-train exited 1")
+        done.append((key, seed, status))
+
+    monkeypatch.setattr(quality, "run_one", run_one)
+    runs = [("lstm", 1), ("hybrid", 1), ("lstm", 2)]
+    todo = {("lstm", 1): "new", ("hybrid", 1): "resume", ("lstm", 2): "new"}
+    with pytest.raises(BenchmarkError, match=r"1 run\(s\) failed: lstm-seed1 \(rerun the same command"):
+        quality.run_all(quality.parse_args(["--jobs", "1"]), None, None, None, None, runs, None, todo)
+    assert done == [("hybrid", 1, "resume"), ("lstm", 2, "new")]
+    out = capsys.readouterr().out
+    assert "[lstm seed 1] FAILED (a rerun retries it): benchmarks: error: fairseq-train exited 1" in out
+
+
 @pytest.mark.parametrize("args,message", [
     (["--seeds", "1,1"], "--seeds '1,1': seeds must be distinct integers >= 0"),
     (["--lenpens", "0.8,1.2"], "--lenpens '0.8,1.2': must include the default 1.0"),
