@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 COLORS = {"lstm": "#888888", "hybrid": "#4C72B0", "hybrid_if": "#DD8452"}
 
 
-def _curves(ax, report: Dict[str, object], axis: str) -> None:
+def _curves(ax, report: Dict[str, object], axis: str, title: str) -> None:
     for key, model in report["models"].items():
         runs = [r for r in report["runs"] if r["model"] == key]
         for n, run in enumerate(runs):
@@ -33,7 +33,7 @@ def _curves(ax, report: Dict[str, object], axis: str) -> None:
     ax.axhline(unigram, color="#AA3333", linestyle=":", linewidth=1)
     ax.set_xlabel("updates" if axis == "updates" else "training seconds (sum of fairseq train_wall)")
     ax.set_ylabel("validation nll loss (bits/token)")
-    ax.set_title("validation loss (dots: best checkpoint; dotted: unigram level)", fontsize=9)
+    ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
 
 
@@ -72,8 +72,8 @@ def _lenpen(ax, report: Dict[str, object]) -> None:
 
 def draw(report: Dict[str, object], path: Path) -> None:
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
-    _curves(axes[0][0], report, "updates")
-    _curves(axes[0][1], report, "train_seconds")
+    _curves(axes[0][0], report, "updates", "validation loss per run (dots: best checkpoint; dotted: unigram level)")
+    _curves(axes[0][1], report, "train_seconds", "the same against training time (a shared machine: indicative)")
     axes[0][0].legend(fontsize=8)
     _measures(axes[1][0], report)
     axes[1][0].legend(fontsize=8)
