@@ -75,8 +75,11 @@ def analyse(records: List[Dict[str, object]], hyps: List[Dict[str, List[str]]], 
             "stopped_by_patience": sum(r["stop"]["stopped_by"] == "patience" for r in mine),
             "train_tokens": qs.mean_std([r["train_tokens"] for r in mine]),
             "train_seconds": qs.mean_std([r["train_seconds"] for r in mine]),
-            "tokens_per_second": qs.mean_std([r["speed"]["tokens_per_second"] or 0.0 for r in mine]),
-            "peak_rss_mib": qs.mean_std([(r["memory"]["peak_rss_bytes"] or 0) / 2 ** 20 for r in mine]),
+            # None when fairseq's train_wall (whole seconds) rounds to 0: tiny runs only
+            "tokens_per_second": qs.mean_std([r["speed"]["tokens_per_second"] for r in mine
+                                              if r["speed"]["tokens_per_second"]]),
+            "peak_rss_mib": qs.mean_std([r["memory"]["peak_rss_bytes"] / 2 ** 20 for r in mine
+                                         if r["memory"]["peak_rss_bytes"]]),
             "best_lenpen": [r["best_lenpen"] for r in mine],
             "length_ratio": qs.mean_std([r["scores"]["test@default"]["length_ratio"] for r in mine]),
         }

@@ -80,8 +80,10 @@ def score(hypotheses: Sequence[str], references: Sequence[str],
 
 
 def mean_std(values: Sequence[float]) -> Dict[str, float]:
-    """Mean and sample standard deviation (0 for one value)."""
+    """Mean and sample standard deviation (0 for one value; NaN for none)."""
     values = list(values)
+    if not values:
+        return {"mean": math.nan, "std": math.nan, "n": 0, "values": []}
     return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
             "n": len(values), "values": values}
 
