@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional
 
+RECIPE = {"sample": "recipes/sample/run.sh", "wmt": "recipes/lib/wmt.sh"}  # whose training settings
+
 
 def _ms(stat: Dict[str, float], digits: int = 2) -> str:
     return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
@@ -26,9 +28,10 @@ def markdown(report: Dict[str, object], png: str) -> str:
         lines += [f"**PARTIAL RESULTS: {report['partial']}.** Intervals and readings below cover only the "
                   "finished runs.", ""]
     lines += [
-        f"Every model: `{s['sizes']}`, `{s['share']}`, dropout {s['dropout']}, label smoothing "
+        f"Every model: `{s['sizes'] or 'the sizes of its --arch'}`, "
+        f"`{s['share'] or 'no shared embeddings'}`, dropout {s['dropout']}, label smoothing "
         f"{s['label_smoothing']}, `--optimizer {s['optimizer']}` betas {s['adam_betas']}, lr {s['lr']} "
-        f"({s['lr_scheduler']}, as `recipes/sample/run.sh`), clip-norm {s['clip_norm']}, `--max-tokens "
+        f"(`{s['lr_scheduler']}`, as `{RECIPE[s.get('preset', 'sample')]}`), clip-norm {s['clip_norm']}, `--max-tokens "
         f"{s['max_tokens']}`. **Budget, the same for every model: at most {s['max_update']:,} updates** "
         f"(about {s['max_update'] * sum(tokens) / len(tokens):,.0f} target tokens at the measured tokens per "
         f"update); validation every {s['interval']} updates, stop after `--patience {s['patience']}` "
