@@ -1,18 +1,20 @@
-"""The matched quality study: does dropping input feeding cost BLEU?
+"""The converged quality study: does dropping input feeding cost BLEU once models are trained?
 
     python -m benchmarks.quality            # the full study on the bundled sample (= make bench-quality)
-    python -m benchmarks.quality --quick    # one seed, few updates: checks the whole path
-    python -m benchmarks.quality --data DATA-BIN [--reference test.de --source test.en]
+    python -m benchmarks.quality --quick    # a tiny model, few updates, one seed: checks the whole path
+    python -m benchmarks.quality --report-only   # the report from the stored runs; trains nothing
+    python -m benchmarks.quality --data DATA-BIN --reference test.de --source test.en [--remove-bpe sentencepiece]
 
-Trains fairseq's ``lstm`` (input feeding), ``hybrid_lstm`` and ``hybrid_lstm
---input-feeding`` with ``fairseq-train`` at the same sizes, vocabulary, batch, number of
-updates, optimizer, learning-rate schedule and seeds (runs in seed-major order, so load
-from other users of the machine hits the models alike); scores the final checkpoint and
-the average of the last N interval checkpoints with beam search (sacreBLEU and chrF with
-signatures, BLEU by source-length thirds and the longest 10%); compares hybrid with both
-input-feeding models by paired bootstrap. Each finished run is cached under ``--work``
-(a rerun with the same settings continues); ``--report-only`` reports on the runs done.
-Writes ``<out>/<name>.json``, ``.png`` and ``.md`` (the README section).
+Trains fairseq's ``lstm`` (input feeding) and ``hybrid_lstm`` (``--seeds``, 5 by default)
+and ``hybrid_lstm --input-feeding`` (the first ``--if-seeds`` of them, 3 by default) with
+``fairseq-train`` at the same sizes, vocabulary, batch, optimizer and learning-rate schedule
+(the sample recipe's), each until its validation loss has not improved for ``--patience``
+validations, within the same ``--max-update`` budget. Each run is scored at its best
+checkpoint with beam 5 at the default length penalty and at the one its validation BLEU
+prefers (``--lenpens`` sweep), on the test set, its source-length buckets, and the made-up
+long-sentence probe (``quality_generate``). Differences get seed-level intervals
+(``quality_stats``). Runs are stored as they finish and a rerun skips them
+(``quality_store``). Writes ``<out>/<name>.json``, ``.png`` and ``.md``.
 """
 from __future__ import annotations
 
@@ -20,28 +22,39 @@ import argparse
 import concurrent.futures
 import dataclasses
 import datetime
+import hashlib
 import json
 import os
 import platform
 import shutil
+import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
-import torch
-
-from . import quality_chart, quality_report, quality_stats
+from . import quality_analysis, quality_chart, quality_report
 from .data import sample_data
 from .fairseq_runs import ROOT, BenchmarkError
-from .quality_runs import MODELS, Schedule, average_last, generate, train
+from .quality_generate import join, job, probe_groups, read_output, run_jobs, write_probe
+from .quality_runs import MODEL, MODELS, Schedule, model_options, sizes, stop_children, train, visible_devices
+from .quality_stats import unigram_perplexity
+from .quality_store import Store, plan, write_text
 
 SAMPLE = ROOT / "data/ende-sample"
-FULL = {"seeds": "1,2,3", "updates": 400, "interval": 50, "average": 4}
-QUICK = {"seeds": "1", "updates": 40, "interval": 10, "average": 2}
-COMPARISONS = [("hybrid", "lstm"), ("hybrid", "hybrid_if")]
-KINDS = ("final", "averaged")
+FULL = {"seeds": "1,2,3,4,5", "if_seeds": 3, "max_update": 16000, "interval": 250, "patience": 4,
+        "lenpens": "0.6,0.8,1.0,1.2,1.4", "layers": 2, "dim": 256}
+QUICK = {"seeds": "1", "if_seeds": 1, "max_update": 20, "interval": 10, "patience": 1,
+         "lenpens": "1.0,1.4", "layers": 1, "dim": 32}
+# the training settings of each preset: the sample recipe's, or the WMT recipes' (recipes/lib/wmt.sh)
+PRESETS = {
+    "sample": {"lr": 0.003, "dropout": 0.3, "clip_norm": 1.0, "max_tokens": 2000,
+               "lr_scheduler": "--lr-scheduler fixed", "share": "--share-all-embeddings"},
+    "wmt": {"lr": 0.001, "dropout": 0.2, "clip_norm": 5.0, "max_tokens": 8000,
+            "lr_scheduler": "--lr-scheduler reduce_lr_on_plateau --lr-shrink 0.5", "share": ""},
+}
+DEFAULT_LENPEN = 1.0
+TIMEOUT = 48 * 3600
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -53,82 +66,172 @@ class OneLineParser(argparse.ArgumentParser):
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser = OneLineParser(prog="benchmarks.quality", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true",
-                        help=f"defaults {QUICK} instead of {FULL}")
-    parser.add_argument("--seeds", help="comma-separated training seeds")
-    parser.add_argument("--updates", type=int, help="--max-update of every run")
-    parser.add_argument("--interval", type=int, help="validate and save every this many updates")
-    parser.add_argument("--average", type=int, help="average the last N interval checkpoints")
-    parser.add_argument("--jobs", type=int, default=len(MODELS),
-                        help="runs at a time (default 3: one seed's three models side by side, under the "
-                        "same load)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
-    parser.add_argument("--data", help="a fairseq-preprocess directory (default: the bundled sample, "
-                        "sentencepiece --vocab pieces)")
-    parser.add_argument("--vocab", type=int, default=3000, help="joint sentencepiece size for the sample")
-    parser.add_argument("--reference", help="raw test references, one per line (default with --data: "
-                        "fairseq-generate's T- lines)")
-    parser.add_argument("--source", help="raw test sources (for the length buckets; default with --data: S- lines)")
-    parser.add_argument("--remove-bpe", help="fairseq-generate --remove-bpe (sample: sentencepiece)")
-    parser.add_argument("--max-tokens", type=int, default=2000)
-    parser.add_argument("--lr", type=float, default=0.003)
-    parser.add_argument("--report-only", action="store_true", help="report on the cached runs; train nothing")
-    parser.add_argument("--keep-checkpoints", action="store_true", help="keep every run's checkpoints")
-    parser.add_argument("--work", default=str(ROOT / "work/quality"))
-    parser.add_argument("--out", default=str(ROOT / "results/quality"))
-    parser.add_argument("--name", help="report name (default quality-sample, quality-quick with --quick)")
+    add = parser.add_argument
+    add("--quick", action="store_true", help=f"defaults {QUICK} instead of {FULL}")
+    add("--seeds", help="comma-separated training seeds of lstm and hybrid")
+    add("--if-seeds", type=int, help="hybrid_lstm --input-feeding trains on the first this many seeds")
+    add("--max-update", type=int, help="the training budget of every run (--max-update)")
+    add("--interval", type=int, help="validate and save every this many updates")
+    add("--patience", type=int, help="stop after this many validations without a lower loss (--patience)")
+    add("--lenpens", help="length penalties swept on the validation set (must include 1.0)")
+    add("--layers", type=int, help="LSTM layers of encoder and decoder each")
+    add("--dim", type=int, help="embedding, hidden and attention-output size")
+    add("--jobs", type=int, default=2, help="runs at a time (default 2)")
+    add("--threads", type=int, default=1, help="torch threads per run (default 1)")
+    add("--data", help="a fairseq-preprocess directory (default: the bundled sample, sentencepiece --vocab)")
+    add("--vocab", type=int, default=3000, help="joint sentencepiece size for the sample")
+    add("--reference", help="raw test references, one per line (needed with --data)")
+    add("--source", help="raw test sources (needed with --data)")
+    add("--remove-bpe", help="fairseq-generate --remove-bpe (sample: sentencepiece)")
+    add("--preset", choices=sorted(PRESETS), default="sample",
+        help="sample: 2+2 x --dim LSTMs, the sample recipe's training; wmt: the WMT recipes' models "
+        "(lstm_luong_wmt_en_de, hybrid_lstm_wmt_en_de) and training (recipes/lib/wmt.sh)")
+    add("--max-tokens", type=int, help="tokens per batch (preset: sample 2000, wmt 8000)")
+    add("--lr", type=float, help="learning rate (preset: sample 0.003 fixed, wmt 0.001 halved on plateaus)")
+    add("--dropout", type=float, help="dropout (preset: sample 0.3, wmt 0.2)")
+    add("--clip-norm", type=float, help="gradient norm clipping (preset: sample 1, wmt 5)")
+    add("--hybrid-devices", default="cpu", help="hybrid_lstm's --hybrid-devices (default cpu; e.g. cuda:0,cuda:1)")
+    add("--samples", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    add("--report-only", action="store_true", help="report on the stored runs; train nothing")
+    add("--keep-checkpoints", action="store_true", help="keep each finished run's checkpoints")
+    add("--work", default=str(ROOT / "work/quality"))
+    add("--out", help="report and run records (default results/quality; with --quick work/quality/quick-results)")
+    add("--name", help="study name (default converged-sample, quality-quick with --quick)")
     args = parser.parse_args(argv)
-    defaults = QUICK if args.quick else FULL
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
+    for key, value in ((QUICK if args.quick else FULL) | PRESETS[args.preset]).items():
+        if getattr(args, key, None) is None:
             setattr(args, key, value)
     try:
         args.seed_list = [int(s) for s in args.seeds.split(",")]
+        args.lenpen_list = tuple(float(x) for x in args.lenpens.split(","))
     except ValueError:
-        parser.error(f"--seeds {args.seeds!r}: must be comma-separated integers, e.g. 1,2,3")
+        parser.error(f"--seeds {args.seeds!r} / --lenpens {args.lenpens!r}: must be comma-separated numbers")
     if len(set(args.seed_list)) != len(args.seed_list) or min(args.seed_list) < 0:
         parser.error(f"--seeds {args.seeds!r}: seeds must be distinct integers >= 0")
-    for name in ("updates", "interval", "average", "jobs", "threads", "max_tokens", "vocab"):
-        if getattr(args, name) < 1:
+    if DEFAULT_LENPEN not in args.lenpen_list:
+        parser.error(f"--lenpens {args.lenpens!r}: must include the default 1.0")
+    for name in ("max_update", "interval", "patience", "jobs", "threads", "max_tokens", "vocab", "layers",
+                 "dim", "samples", "if_seeds"):
+        if getattr(args, name) < (0 if name == "if_seeds" else 1):
             parser.error(f"--{name.replace('_', '-')} {getattr(args, name)}: must be an integer >= 1")
-    if args.lr <= 0:
-        parser.error(f"--lr {args.lr}: must be > 0")
-    if args.updates % args.interval:
-        parser.error(f"--updates {args.updates} is not a multiple of --interval {args.interval}")
-    if args.average * args.interval > args.updates:
-        parser.error(f"--average {args.average} x --interval {args.interval} exceeds --updates {args.updates}: "
-                     "not enough interval checkpoints to average")
+    if args.if_seeds > len(args.seed_list):
+        parser.error(f"--if-seeds {args.if_seeds}: more than the {len(args.seed_list)} seed(s) in --seeds")
+    for name in ("lr", "clip_norm"):
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name.replace('_', '-')} {getattr(args, name)}: must be > 0")
+    if not 0 <= args.dropout < 1:
+        parser.error(f"--dropout {args.dropout}: must be in [0, 1)")
+    if not all(d == "cpu" or (d.startswith("cuda:") and d[5:].isdigit()) for d in args.hybrid_devices.split(",")):
+        parser.error(f"--hybrid-devices {args.hybrid_devices!r}: use cpu (or cpu,cpu) or cuda:0,cuda:1,...")
+    if args.max_update % args.interval:
+        parser.error(f"--max-update {args.max_update} is not a multiple of --interval {args.interval}")
     if args.data:
         data = Path(args.data)
         if not list(data.glob("test.*-*.*.idx")) or not list(data.glob("train.*-*.*.idx")):
             parser.error(f"--data {args.data!r}: not a fairseq-preprocess directory with train and test splits")
+        if not (args.reference and args.source):
+            parser.error("--data needs --reference and --source (the raw test set: scores and the probe use them)")
     for name in ("reference", "source"):
         path = getattr(args, name)
         if path and not Path(path).is_file():
             parser.error(f"--{name} {path!r}: no such file")
         if path and not args.data:
             parser.error(f"--{name} is only for --data (the bundled sample has its own)")
-    args.name = args.name or ("quality-quick" if args.quick else "quality-sample")
+    args.name = args.name or ("quality-quick" if args.quick else "converged-sample")
+    args.out = args.out or str(ROOT / ("work/quality/quick-results" if args.quick else "results/quality"))
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     return args
 
 
 def schedule_of(args: argparse.Namespace) -> Schedule:
-    return Schedule(updates=args.updates, interval=args.interval, average=args.average,
-                    max_tokens=args.max_tokens, lr=args.lr, threads=args.threads)
+    return Schedule(max_update=args.max_update, interval=args.interval, patience=args.patience,
+                    max_tokens=args.max_tokens, lr=args.lr, dropout=args.dropout, clip_norm=args.clip_norm,
+                    lr_scheduler=args.lr_scheduler, share=args.share, threads=args.threads,
+                    sizes=sizes(args.layers, args.dim) if args.preset == "sample" else "", lenpens=args.lenpen_list)
 
 
-def test_set(args: argparse.Namespace, generated: Dict[str, List[str]]) -> Dict[str, List[str]]:
-    """References and sources to score against: raw files when known, else fairseq's."""
-    if args.data:
-        reference, source = args.reference, args.source
+def planned(args: argparse.Namespace) -> List[Tuple[str, int]]:
+    """Seed-major, so load from other users hits the models alike."""
+    return [(m.key, seed) for i, seed in enumerate(args.seed_list) for m in MODELS
+            if m.key != "hybrid_if" or i < args.if_seeds]
+
+
+def options_of(key: str, args: argparse.Namespace) -> str:
+    return model_options(key, args.preset, args.hybrid_devices)
+
+
+def fingerprint(data: Path) -> str:
+    """The data's identity, not its path: the dictionaries and the binarized sizes."""
+    digest = hashlib.sha256()
+    for path in sorted(data.glob("dict.*.txt")) + sorted(data.glob("*.bin")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes() if path.suffix == ".txt" else str(path.stat().st_size).encode())
+    return digest.hexdigest()[:16]
+
+
+def run_settings(args, schedule: Schedule, key: str, data: Path) -> Dict[str, object]:
+    return {"data": fingerprint(data), "schedule": json.loads(json.dumps(dataclasses.asdict(schedule))),
+            "options": options_of(key, args), "criterion": MODEL[key].criterion, "remove_bpe": args.remove_bpe}
+
+
+def run_one(args, store: Store, data: Path, probe: Path, schedule: Schedule, key: str, seed: int,
+            test: Dict[str, List[str]], status: str) -> Optional[Dict[str, object]]:
+    """Train (or resume), sweep the length penalty, generate, store one model and seed."""
+    settings = run_settings(args, schedule, key, data)
+    if status == "finished":
+        print(f"[{key} seed {seed}] finished earlier: skipped", flush=True)
+        return store.load(key, seed)[0]
+    run_dir = store.begin(key, seed, settings, status)
+    record: Dict[str, object] = {"model": key, "seed": seed, "settings": settings, "started": now(),
+                                 "loadavg_start": os.getloadavg(), "machine": machine()}
+    trained = run_dir / "trained.json"
+    if trained.exists():
+        print(f"[{key} seed {seed}] trained earlier: generating", flush=True)
+        result = json.loads(trained.read_text())
     else:
-        reference, source = SAMPLE / "test.de", SAMPLE / "test.en"
-    refs = read_lines(reference) if reference else generated["T"]
-    sources = read_lines(source) if source else generated["S"]
-    if len(refs) != len(generated["D"]) or len(sources) != len(generated["D"]):
-        raise BenchmarkError(f"the test set has {len(generated['D'])} sentences but the references have "
-                             f"{len(refs)} lines and the sources {len(sources)}")
-    return {"references": refs, "sources": sources}
+        print(f"[{key} seed {seed}] {'resuming' if status == 'resume' else 'training'} (patience "
+              f"{schedule.patience} x {schedule.interval} updates, at most {schedule.max_update})", flush=True)
+        model = dataclasses.replace(MODEL[key], options=settings["options"])
+        result = train(str(data), model, schedule, seed, run_dir, TIMEOUT,
+                       visible_devices(settings["options"], args.hybrid_devices))
+        write_text(trained, json.dumps(result, indent=1))
+    record.update(result)
+    best = run_dir / "checkpoints/checkpoint_best.pt"
+    cpu = "cuda" not in args.hybrid_devices
+    gen = run_dir / "generate"
+    gen.mkdir(exist_ok=True)
+    sweep = {lp: job(str(data), "valid", best, schedule, lp, args.remove_bpe, str(gen / f"valid.lp{lp}.out"), cpu)
+             for lp in schedule.lenpens}
+    final = {f"{name}@{tag}": job(str(d), "test", best, schedule, lp, args.remove_bpe,
+                                  str(gen / f"{name}.lp{{lenpen}}.out"), cpu)
+             for name, d in (("test", data), ("probe", probe))
+             for tag, lp in (("default", DEFAULT_LENPEN), ("best", "best"))}
+    generated = run_jobs(sweep, final, DEFAULT_LENPEN, gen / "generate.log", schedule.threads, TIMEOUT,
+                         visible_devices("", args.hybrid_devices))
+    record["lenpen_valid_bleu"], record["best_lenpen"] = generated["lenpen_valid_bleu"], generated["best_lenpen"]
+    record["generate_seconds"] = generated["seconds"]
+    outputs = generated["outputs"]
+    hyps = {}
+    for label, path in outputs.items():
+        out = read_output(Path(path))
+        expected = len(test["references"] if label.startswith("test") else test["probe_references"])
+        if len(out["D"]) != expected:
+            raise BenchmarkError(f"{path}: {len(out['D'])} hypotheses for {expected} references")
+        hyps[label] = out["D"]
+    record["scores"] = quality_analysis.run_scores(hyps, test)
+    record |= {"loadavg_end": os.getloadavg(), "finished": now()}
+    store.finish(record, hyps)
+    if not args.keep_checkpoints:
+        shutil.rmtree(run_dir / "checkpoints")
+    stop = record["stop"]
+    print(f"[{key} seed {seed}] done: best valid ppl {stop['best_ppl']:.1f} at update {stop['best_updates']}, "
+          f"stopped by {stop['stopped_by']} at {stop['last_updates']}; test BLEU "
+          f"{record['scores']['test@default']['bleu']}", flush=True)
+    return record
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def read_lines(path) -> List[str]:
@@ -136,168 +239,91 @@ def read_lines(path) -> List[str]:
         return [line.rstrip("\n") for line in handle]
 
 
-def write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp", encoding="utf-8") as tmp:
-        tmp.write(text)
-    os.chmod(tmp.name, 0o644)
-    os.replace(tmp.name, path)
-
-
-def run_one(args: argparse.Namespace, data: str, schedule: Schedule, key: str, seed: int,
-            order: int) -> Dict[str, object]:
-    """Train, average, generate and keep the hypotheses of one model and seed (cached)."""
-    model = next(m for m in MODELS if m.key == key)
-    run_dir = Path(args.work) / args.name / f"{key}-seed{seed}"
-    settings = {"data": data, "schedule": dataclasses.asdict(schedule), "options": model.options,
-                "remove_bpe": args.remove_bpe}
-    cached = run_dir / "run.json"
-    if cached.exists():
-        result = json.loads(cached.read_text())
-        if result["settings"] == settings:
-            print(f"[{key} seed {seed}] cached", flush=True)
-            return result
-    if args.report_only:
-        return {}
-    shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir(parents=True)
-    print(f"[{key} seed {seed}] training {schedule.updates} updates", flush=True)
-    timeout = 6 * 3600
-    result: Dict[str, object] = {"model": key, "seed": seed, "order": order, "settings": settings,
-                                 "loadavg_start": os.getloadavg(), "started": now()}
-    result.update(train(data, model, schedule, seed, run_dir, timeout))
-    averaged, averaged_updates = average_last(run_dir / "checkpoints", schedule.average, schedule.threads, timeout)
-    result["averaged_updates"] = averaged_updates
-    result["generate_seconds"] = {}
-    for kind, checkpoint in (("final", run_dir / "checkpoints/checkpoint_last.pt"), ("averaged", averaged)):
-        generated = generate(data, checkpoint, schedule, args.remove_bpe, run_dir / f"generate.{kind}.out", timeout)
-        write_text(run_dir / f"hyp.{kind}.txt", "".join(h + "\n" for h in generated["D"]))
-        if kind == "final":
-            write_text(run_dir / "test.src.txt", "".join(s + "\n" for s in generated["S"]))
-            write_text(run_dir / "test.ref.txt", "".join(t + "\n" for t in generated["T"]))
-        result["generate_seconds"][kind] = generated["seconds"]
-    if not args.keep_checkpoints:
-        shutil.rmtree(run_dir / "checkpoints")
-    result["loadavg_end"] = os.getloadavg()
-    result["finished"] = now()
-    write_text(cached, json.dumps(result, indent=2))
-    curve = result["curve"][-1]
-    print(f"[{key} seed {seed}] done: valid ppl {curve['ppl']:.1f} after {curve['train_seconds']:.0f} s "
-          "of training", flush=True)
-    return result
-
-
-def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def hypotheses(args: argparse.Namespace, run: Dict[str, object], kind: str) -> List[str]:
-    return read_lines(Path(args.work) / args.name / f"{run['model']}-seed{run['seed']}" / f"hyp.{kind}.txt")
-
-
-def analyse(args: argparse.Namespace, runs: List[Dict[str, object]]) -> Dict[str, object]:
-    """Scores of every run, their mean and spread per model, and the comparisons."""
-    first = Path(args.work) / args.name / f"{runs[0]['model']}-seed{runs[0]['seed']}"
-    generated = {"D": read_lines(first / "hyp.final.txt"), "S": read_lines(first / "test.src.txt"),
-                 "T": read_lines(first / "test.ref.txt")}
-    test = test_set(args, generated)
-    refs = test["references"]
-    buckets = quality_stats.length_buckets([len(s.split()) for s in test["sources"]])
-    outputs: Dict[str, Dict[str, Dict[int, List[str]]]] = {}
-    for run in runs:
-        run["scores"] = {}
-        for kind in KINDS:
-            hyps = hypotheses(args, run, kind)
-            outputs.setdefault(run["model"], {}).setdefault(kind, {})[run["seed"]] = hyps
-            run["scores"][kind] = quality_stats.score(hyps, refs, buckets)
-    summary: Dict[str, object] = {}
-    for key in outputs:
-        mine = [r for r in runs if r["model"] == key]
-        row: Dict[str, object] = {
-            "parameters": mine[0]["parameters"],
-            "valid_ppl": quality_stats.mean_std([r["curve"][-1]["ppl"] for r in mine]),
-            "valid_nll_loss": quality_stats.mean_std([r["curve"][-1]["nll_loss"] for r in mine]),
-            "train_seconds": quality_stats.mean_std([r["train_seconds"] for r in mine]),
-        }
-        for kind in KINDS:
-            row[kind] = {m: quality_stats.mean_std([r["scores"][kind][m] for r in mine])
-                         for m in quality_stats.METRICS}
-            row[kind]["buckets"] = {b: quality_stats.mean_std([r["scores"][kind]["buckets"][b]["bleu"] for r in mine])
-                                    for b in buckets}
-        summary[key] = row
-    comparisons: Dict[str, object] = {}
-    for system, baseline in COMPARISONS:
-        if system not in outputs or baseline not in outputs:
-            continue
-        seeds = sorted(set(outputs[system]["final"]) & set(outputs[baseline]["final"]))
-        label = f"{system} - {baseline}"
-        comparisons[label] = {"system": system, "baseline": baseline, "seeds": seeds}
-        for kind in KINDS:
-            sys_out = [outputs[system][kind][s] for s in seeds]
-            base_out = [outputs[baseline][kind][s] for s in seeds]
-            entry: Dict[str, object] = {
-                m: quality_stats.paired_bootstrap(sys_out, base_out, refs, metric_name=m)
-                for m in quality_stats.METRICS}
-            entry["buckets"] = {b: quality_stats.paired_bootstrap(sys_out, base_out, refs, info["indices"])
-                                for b, info in buckets.items()}
-            entry["sacrebleu_paired_bs_per_seed"] = {
-                str(s): quality_stats.sacrebleu_paired_bs(outputs[system][kind][s], outputs[baseline][kind][s], refs)
-                for s in seeds}
-            comparisons[label][kind] = entry
-    return {"buckets": buckets, "summary": summary, "comparisons": comparisons, "test_sentences": len(refs)}
-
-
 def machine() -> Dict[str, object]:
+    import torch
+
     return {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
             "python": platform.python_version(), "nice": os.nice(0)}
 
 
+def test_set(args: argparse.Namespace) -> Dict[str, List[str]]:
+    reference, source = (args.reference, args.source) if args.data else (SAMPLE / "test.de", SAMPLE / "test.en")
+    refs, sources = read_lines(reference), read_lines(source)
+    if len(refs) != len(sources):
+        raise BenchmarkError(f"{reference} has {len(refs)} lines but {source} has {len(sources)}")
+    groups = probe_groups([len(s.split()) for s in sources])
+    return {"references": refs, "sources": sources, "probe_groups": groups,
+            "probe_references": join(refs, groups), "probe_sources": join(sources, groups)}
+
+
+def run_all(args, store: Store, data: Path, probe: Path, schedule: Schedule, runs: List[Tuple[str, int]],
+            test: Dict[str, List[str]], todo: Dict[Tuple[str, int], str]) -> None:
+    """``--jobs`` runs at a time. A run that fails is reported at once and the others go on
+    (a rerun retries it); SIGTERM stops the running children and starts nothing new."""
+    def terminate(signum, frame):
+        stop_children()
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs)
+    futures = {pool.submit(run_one, args, store, data, probe, schedule, key, seed, test, todo[(key, seed)]):
+               (key, seed) for key, seed in runs}
+    failed = []
+    try:
+        for future in concurrent.futures.as_completed(futures):
+            try:
+                future.result()
+            except BenchmarkError as error:
+                key, seed = futures[future]
+                failed.append(f"{key}-seed{seed}")
+                print(f"[{key} seed {seed}] FAILED (a rerun retries it): {str(error)[-2000:]}", flush=True)
+    except BaseException:
+        stop_children()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        signal.signal(signal.SIGTERM, previous)
+    if failed:
+        raise BenchmarkError(f"{len(failed)} run(s) failed: {', '.join(failed)} (rerun the same command to retry; "
+                             "finished runs are kept)")
+
+
 def run(args: argparse.Namespace) -> Dict[str, object]:
-    started, loadavg_start = time.time(), os.getloadavg()
+    started = time.time()
     schedule = schedule_of(args)
     if args.data:
-        data = str(Path(args.data).resolve())
+        data = Path(args.data).resolve()
     else:
         args.remove_bpe = args.remove_bpe or "sentencepiece"
         print(f"preparing the bundled sample (sentencepiece {args.vocab})", flush=True)
-        data = str(sample_data(args.vocab, Path(args.work) / f"sample-v{args.vocab}").resolve())
-    unigram = quality_stats.unigram_perplexity(Path(data))
-    plan = [(key, seed) for seed in args.seed_list for key in (m.key for m in MODELS)]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = [pool.submit(run_one, args, data, schedule, key, seed, order)
-                   for order, (key, seed) in enumerate(plan)]
-        runs = [f.result() for f in futures]
-    runs = [r for r in runs if r]
-    complete_seeds = [s for s in args.seed_list if sum(r["seed"] == s for r in runs) == len(MODELS)]
-    if not runs:
-        raise BenchmarkError(f"no finished runs under {Path(args.work) / args.name} to report on")
-    partial = None
-    if len(runs) < len(plan):
-        partial = f"{len(runs)} of {len(plan)} runs finished (complete seeds: {complete_seeds or 'none'})"
+        data = sample_data(args.vocab, Path(args.work) / f"sample-v{args.vocab}").resolve()
+    test = test_set(args)
+    store = Store(Path(args.out) / "runs" / args.name, Path(args.work) / args.name)
+    runs = planned(args)
+    settings = {key: run_settings(args, schedule, key, data) for key in MODEL}
+    todo = {pair: status for status, pairs in plan(runs, store, settings).items() for pair in pairs}
+    print("plan: " + ", ".join(f"{k}-seed{s}: {todo[(k, s)]}" for k, s in runs), flush=True)
+    if not args.report_only:
+        probe = write_probe(data, test["probe_groups"], Path(args.work) / args.name / "probe-bin")
+        run_all(args, store, data, probe, schedule, runs, test, todo)
+    loaded = {(k, s): store.load(k, s) for k, s in runs}
+    done = [(v[0], v[1]) for v in loaded.values() if v]
+    if not done:
+        raise BenchmarkError(f"no finished runs under {store.records} to report on")
     report: Dict[str, object] = {
-        "name": args.name, "date": now(),
-        "command": " ".join(["python -m benchmarks.quality", *sys.argv[1:]]),
-        "machine": machine() | {"loadavg_start": loadavg_start, "loadavg_end": os.getloadavg()},
+        "name": args.name, "date": now(), "command": " ".join(["python -m benchmarks.quality", *args.argv]),
         "settings": dataclasses.asdict(schedule) | {
-            "data": data, "vocab": args.vocab if not args.data else None, "seeds": args.seed_list,
-            "jobs": args.jobs, "remove_bpe": args.remove_bpe,
-            "models": {m.key: m.options for m in MODELS}},
-        "models": {m.key: {"name": m.name, "options": m.options, "criterion": m.criterion} for m in MODELS},
-        "unigram": unigram, "partial": partial, "runs": runs,
+            "seeds": args.seed_list, "if_seeds": args.if_seeds, "jobs": args.jobs, "remove_bpe": args.remove_bpe,
+            "data": str(data), "vocab": None if args.data else args.vocab, "hybrid_devices": args.hybrid_devices,
+            "preset": args.preset},
+        "models": {m.key: {"name": m.name, "options": options_of(m.key, args), "criterion": m.criterion}
+                   for m in MODELS},
+        "unigram": unigram_perplexity(data),
+        "partial": None if len(done) == len(runs) else f"{len(done)} of {len(runs)} runs finished",
+        "seconds": time.time() - started, "report_only": args.report_only,
     }
-    report.update(analyse(args, runs))
-    report["seconds"] = time.time() - started
-    if args.report_only:  # the study's span and load are those of its runs, not of this report
-        first = min(runs, key=lambda r: r["started"])
-        last = max(runs, key=lambda r: r["finished"])
-        report["seconds"] = (parse_time(last["finished"]) - parse_time(first["started"])).total_seconds()
-        report["machine"] |= {"loadavg_start": first["loadavg_start"], "loadavg_end": last["loadavg_end"]}
-        report["report_only"] = True
+    report.update(quality_analysis.analyse([r for r, _ in done], [h for _, h in done], test, args.samples))
     return report
-
-
-def parse_time(stamp: str) -> datetime.datetime:
-    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -305,13 +331,12 @@ def main(argv: Optional[List[str]] = None) -> None:
     Path(args.work).mkdir(parents=True, exist_ok=True)
     report = run(args)
     out = Path(args.out)
-    write_text(out / f"{args.name}.json", json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    write_text(out / f"{args.name}.json", json.dumps(report, indent=1, ensure_ascii=False) + "\n")
     quality_chart.draw(report, out / f"{args.name}.png")
-    # the section is for the README at the repository root: the image path is relative to it
-    markdown = quality_report.markdown(report, os.path.relpath(out / f"{args.name}.png", ROOT))
+    markdown = quality_report.markdown(report, f"{args.name}.png")  # relative to the .md beside it
     write_text(out / f"{args.name}.md", markdown)
     print(markdown)
-    print(f"wrote {out / args.name}.json, .png and .md")
+    print(f"wrote {out / args.name}.json, .png and .md; runs in {out / 'runs' / args.name}")
 
 
 if __name__ == "__main__":

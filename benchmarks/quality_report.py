@@ -1,93 +1,82 @@
-"""The quality study's README section (Markdown): the settings, mean ± standard deviation
-over seeds per model, BLEU by source length, and each difference hybrid − input feeding
-with its paired bootstrap interval, stated as found."""
+"""The quality study's results as Markdown (``results/quality/<name>.md``, linked from
+docs/quality.md): settings and budget, per model mean ± standard deviation over seeds of
+quality, stopping point, speed and memory, and each difference with its two seed-level
+intervals and the reading they allow (``quality_stats.verdict``)."""
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Optional
+
+RECIPE = {"sample": "recipes/sample/run.sh", "wmt": "recipes/lib/wmt.sh"}  # whose training settings
 
 
 def _ms(stat: Dict[str, float], digits: int = 2) -> str:
     return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
 
 
-def _verdict(ci: List[float]) -> str:
-    if ci[0] > 0:
-        return "hybrid better (the interval is above 0)"
-    if ci[1] < 0:
-        return "hybrid worse (the interval is below 0)"
-    return "no difference detected (the interval contains 0)"
-
-
-def _cell(value: Dict[str, object]) -> str:
-    return f"{value['difference']:+.2f} [{value['ci95'][0]:+.2f}, {value['ci95'][1]:+.2f}]"
+def _ci(ci: Optional[List[float]]) -> str:
+    return "n/a (< 2 seeds or no spread)" if ci is None else f"[{ci[0]:+.2f}, {ci[1]:+.2f}]"
 
 
 def markdown(report: Dict[str, object], png: str) -> str:
     s = report["settings"]
-    models = report["models"]
-    summary = report["summary"]
-    seeds = len(s["seeds"])
-    averaged = "; ".join(sorted({", ".join(map(str, r["averaged_updates"])) for r in report["runs"]}))
-    lines = [
-        f"Measured {report['date'][:10]} with `{report['command']}` "
-        f"({report['seconds'] / 60:.0f} min{' from the first run to the last' if report.get('report_only') else ''}; "
-        f"machine load average {report['machine']['loadavg_start'][0]:.1f} at "
-        f"the start, {report['machine']['loadavg_end'][0]:.1f} at the end, on {report['machine']['cpus']} CPUs "
-        f"shared with other work, {s['threads']} thread(s) per run, {s['jobs']} run(s) at a time: the time axis "
-        "is distorted by that sharing; updates are not).",
-        "",
-    ]
+    models, summary = report["models"], report["summary"]
+    tokens = [row["train_tokens"]["mean"] / max(1.0, row["last_updates"]["mean"]) for row in summary.values()]
+    lines = [f"# Quality study `{report['name']}`", "",
+             f"Made {report['date'][:10]} with `{report['command']}`"
+             f"{' (report from the stored runs)' if report.get('report_only') else ''}.", ""]
     if report.get("partial"):
-        lines += [f"**PARTIAL RESULTS: {report['partial']}.**", ""]
+        lines += [f"**PARTIAL RESULTS: {report['partial']}.** Intervals and readings below cover only the "
+                  "finished runs.", ""]
     lines += [
-        f"Every model: 2+2 LSTM layers x 256 (embeddings, hidden, attention output), "
-        f"`{s['share']}`, dropout {s['dropout']}, label smoothing {s['label_smoothing']}, "
-        f"`--optimizer {s['optimizer']}` betas {s['adam_betas']}, lr {s['lr']} ({s['lr_scheduler']}), "
-        f"clip-norm {s['clip_norm']}, `--max-tokens {s['max_tokens']}`, **{s['updates']} updates**, "
-        f"seeds {', '.join(map(str, s['seeds']))}; validation every {s['interval']} updates; "
-        f"beam {s['beam']} (max length {s['max_len_a']} x source + {s['max_len_b']}) on the "
-        f"{report['test_sentences']} test sentences; \"averaged\" = the mean of the last {s['average']} "
-        f"interval checkpoints (updates {averaged}). Unigram level of the validation set: perplexity "
-        f"{report['unigram']['perplexity']:.0f} ({report['unigram']['bits_per_token']:.2f} bits/token).",
-        "",
-        f"![quality study]({png})",
-        "",
-        "| model | parameters | valid ppl | BLEU | chrF | BLEU (averaged) | chrF (averaged) | training s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+        f"Every model: `{s['sizes'] or 'the sizes of its --arch'}`, "
+        f"`{s['share'] or 'no shared embeddings'}`, dropout {s['dropout']}, label smoothing "
+        f"{s['label_smoothing']}, `--optimizer {s['optimizer']}` betas {s['adam_betas']}, lr {s['lr']} "
+        f"(`{s['lr_scheduler']}`, as `{RECIPE[s.get('preset', 'sample')]}`), clip-norm {s['clip_norm']}, `--max-tokens "
+        f"{s['max_tokens']}`. **Budget, the same for every model: at most {s['max_update']:,} updates** "
+        f"(about {s['max_update'] * sum(tokens) / len(tokens):,.0f} target tokens at the measured tokens per "
+        f"update); validation every {s['interval']} updates, stop after `--patience {s['patience']}` "
+        f"validations without a lower loss; scored at `checkpoint_best.pt`. Seeds {s['seeds']} "
+        f"(`hybrid_lstm --input-feeding`: the first {s['if_seeds']}); {s['threads']} thread(s) per run, "
+        f"{s['jobs']} run(s) at a time. Beam {s['beam']}, max length {s['max_len_a']} x source + "
+        f"{s['max_len_b']}; length penalty: the default 1.0 and each run's best of {list(s['lenpens'])} on "
+        f"the validation set. {report['test_sentences']} test sentences; the probe: "
+        f"{report['probe']['pairs']} **made-up** pairs of consecutive test pairs joined to 30-60 source "
+        f"words. Unigram level of the validation set: perplexity {report['unigram']['perplexity']:.0f}.",
+        "", f"![quality study]({png})", "",
+        "| model | seeds | parameters | stopped by patience | best at update | within 1% of best at | "
+        "last update | best valid ppl | train tokens/s | peak RSS MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for key, row in summary.items():
         lines.append(
-            f"| {models[key]['name']} | {row['parameters']:,} | {_ms(row['valid_ppl'], 1)} | "
-            f"{_ms(row['final']['bleu'])} | {_ms(row['final']['chrf'])} | {_ms(row['averaged']['bleu'])} | "
-            f"{_ms(row['averaged']['chrf'])} | {_ms(row['train_seconds'], 0)} |")
-    buckets = report["buckets"]
-    lines += ["", f"Mean ± standard deviation over {seeds} seed(s). BLEU by source length (words), final checkpoints:",
-              "", "| model | " + " | ".join(f"{b} ({v['source_words'][0]}-{v['source_words'][1]})"
-                                         for b, v in buckets.items()) + " |",
-              "|---|" + "---:|" * len(buckets)]
-    for key, row in summary.items():
-        scores = " | ".join(_ms(row["final"]["buckets"][b]) for b in buckets)
-        lines.append(f"| {models[key]['name']} | {scores} |")
-    lines += ["", "Differences hybrid − input feeding: difference of the seed means [95% paired bootstrap "
-              "interval over test sentences: 1,000 resamples drawn as sacreBLEU's `--paired-bs` draws them, "
-              "each scoring every seed]; p: sacreBLEU's own `--paired-bs` p-value of BLEU for each seed pair:", "",
-              "| difference | checkpoint | BLEU | chrF | " + " | ".join(f"BLEU, {b}" for b in buckets)
-              + " | p per seed |",
-              "|---|---|" + "---|" * (3 + len(buckets))]
-    readings = []
+            f"| {models[key]['name']} | {len(row['seeds'])} | {row['parameters']:,} | "
+            f"{row['stopped_by_patience']}/{len(row['seeds'])} | {_ms(row['best_updates'], 0)} | "
+            f"{_ms(row['updates_to_within_1pct'], 0)} | {_ms(row['last_updates'], 0)} | "
+            f"{_ms(row['best_valid_ppl'], 1)} | {_ms(row['tokens_per_second'], 0)} | {_ms(row['peak_rss_mib'], 0)} |")
+    labels = list(next(iter(summary.values()))["measures"])
+    lines += ["", "Mean ± standard deviation over seeds (sacreBLEU and chrF2, detokenized; "
+              "\"best lenpen\" = each run's own best on the validation set):", "",
+              "| measure | " + " | ".join(models[k]["name"] for k in summary) + " |",
+              "|---|" + "---:|" * len(summary)]
+    for label in labels:
+        lines.append(f"| {label} | " + " | ".join(_ms(row["measures"][label]) for row in summary.values()) + " |")
+    lines.append("| chosen lenpen per seed | " + " | ".join(", ".join(map(str, row["best_lenpen"]))
+                                                        for row in summary.values()) + " |")
+    lines.append("| hypothesis/reference length (lenpen 1.0) | "
+                 + " | ".join(_ms(row["length_ratio"], 3) for row in summary.values()) + " |")
+    lines += ["", "Differences (system − baseline) of the seed means. *Seed-level bootstrap*: 95% interval of "
+              "resamples that draw the seeds of each model and the test sentences together. *Welch t*: 95% "
+              "interval over the per-seed scores. A direction is read only when both exclude 0.", "",
+              "| difference | measure | difference | seed-level bootstrap | Welch t (p) | reading |",
+              "|---|---|---:|---|---|---|"]
     for comparison in report["comparisons"].values():
         name = f"{models[comparison['system']]['name']} − {models[comparison['baseline']]['name']}"
-        for kind in ("final", "averaged"):
-            entry = comparison[kind]
-            cells = [_cell(entry["bleu"]), _cell(entry["chrf"])] + [_cell(entry["buckets"][b]) for b in buckets]
-            p = ", ".join(f"{v['bleu']['p_value']:.3f}" for v in entry["sacrebleu_paired_bs_per_seed"].values())
-            lines.append(f"| {name} | {kind} | " + " | ".join(cells) + f" | {p} |")
-            for label, value in (("BLEU", entry["bleu"]), ("chrF", entry["chrf"]),
-                                 ("BLEU on the longest 10%", entry["buckets"]["longest 10%"])):
-                readings.append(f"- {name}, {kind} checkpoints, {label}: {value['difference']:+.2f} "
-                                f"[{value['ci95'][0]:+.2f}, {value['ci95'][1]:+.2f}]: {_verdict(value['ci95'])}")
-    lines += ["", *readings]
-    signature = next(iter(report["runs"]))["scores"]["final"]
-    lines += ["", f"Signatures: BLEU `{signature['bleu_signature']}`, chrF `{signature['chrf_signature']}`. "
-              "The interval covers test-set sampling only; the seed spread is the ± column."]
+        for label, m in comparison["measures"].items():
+            p = m["welch"]["p_value"]
+            lines.append(f"| {name} | {label} | {m['difference']:+.2f} | {_ci(m['bootstrap']['ci95'])} | "
+                         f"{_ci(m['welch']['ci95'])}{'' if p is None else f' ({p:.3f})'} | {m['verdict']} |")
+    signature = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp (sacreBLEU BLEU), chrF2 defaults"
+    lines += ["", f"Scores: {signature}. What this can say: on this 14.5K-pair sample, with the settings above, "
+              "whether dropping input feeding changes BLEU/chrF by more than the seed spread. What it cannot: "
+              "anything about WMT-sized data or the paper's 4+4 x 1000 models; the probe's long inputs are "
+              "joined sentences, not real long sentences."]
     return "\n".join(lines) + "\n"

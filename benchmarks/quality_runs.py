@@ -1,12 +1,12 @@
-"""One run of the quality study: ``fairseq-train`` of one model and seed with validation
-and interval checkpoints, its learning curve read from fairseq's JSON log, the average of
-its last interval checkpoints (``recipes/lib/average.py``), and beam search on the test
-set with ``fairseq-generate``, its hypotheses put back in corpus order.
+"""Training one run of the quality study: the models, the matched schedule, the
+``fairseq-train`` command (validation every ``interval`` updates, ``--patience``, the
+same ``--max-update`` budget for every model, resumable from ``checkpoint_last.pt``), and
+what is read back from fairseq's JSON log and the plugin's memory report.
 
 The learning curve's time axis is training time only: the running sum of fairseq's
-per-interval ``train_wall`` (the time spent in training steps; validation and checkpoint
-saving excluded, since they do not depend on how fast a model learns). fairseq's ``wall``
-(everything since the start) is kept next to it.
+per-interval ``train_wall`` (validation and checkpoint saving excluded). A resumed run
+appends to the same log; records are keyed by update, so updates replayed after a resume
+count once.
 """
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ import os
 import re
 import shlex
 import subprocess
-import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set
 
-from .fairseq_runs import BIN, ROOT, USER_DIR, BenchmarkError
+from .fairseq_runs import BIN, USER_DIR, BenchmarkError
 
-AVERAGE = ROOT / "recipes/lib/average.py"
+MEMORY_ENV = "FAIRSEQ_HYBRID_MEMORY_REPORT"  # fairseq_hybrid/tools/memory_report.py
 
 
 @dataclass(frozen=True)
@@ -33,8 +33,6 @@ class Model:
     criterion: str
 
 
-SIZES = ("--encoder-layers 2 --decoder-layers 2 --encoder-embed-dim 256 --encoder-hidden-size 256 "
-         "--decoder-embed-dim 256 --decoder-hidden-size 256 --decoder-out-embed-dim 256")
 MODELS = [
     Model("lstm", "fairseq lstm (input feeding)", "--arch lstm", "label_smoothed_cross_entropy"),
     Model("hybrid", "hybrid_lstm (no input feeding)", "--arch hybrid_lstm --hybrid-devices cpu",
@@ -42,28 +40,59 @@ MODELS = [
     Model("hybrid_if", "hybrid_lstm --input-feeding", "--arch hybrid_lstm --hybrid-devices cpu --input-feeding",
           "hybrid_cross_entropy"),
 ]
+MODEL = {m.key: m for m in MODELS}
+# --preset wmt: the WMT recipes' models (recipes/lib/wmt.sh): 4+4 x 1000, Luong attention
+WMT_ARCHS = {"lstm": "lstm_luong_wmt_en_de", "hybrid": "hybrid_lstm_wmt_en_de", "hybrid_if": "hybrid_lstm_wmt_en_de"}
+
+
+def model_options(key: str, preset: str, hybrid_devices: str) -> str:
+    """fairseq-train options of one model: its --arch (the preset's), its devices."""
+    options = MODEL[key].options.replace("--hybrid-devices cpu", f"--hybrid-devices {hybrid_devices}")
+    if preset == "wmt":
+        options = options.replace(f"--arch {'hybrid_lstm' if key != 'lstm' else 'lstm'}",
+                                  f"--arch {WMT_ARCHS[key]}", 1)
+    return options
+
+
+def visible_devices(options: str, hybrid_devices: str) -> Optional[str]:
+    """CUDA_VISIBLE_DEVICES of a run: "" (no GPU) on CPU; the hybrid as the caller has it
+    (its --hybrid-devices name the GPUs); the baseline (and beam search) only the first of
+    them, as recipes/lib/wmt.sh runs them."""
+    if "cuda" not in hybrid_devices:
+        return ""
+    return None if "--hybrid-devices" in options else hybrid_devices.split(",")[0].split(":")[1]
+
+
+def sizes(layers: int, dim: int) -> str:
+    return (f"--encoder-layers {layers} --decoder-layers {layers} --encoder-embed-dim {dim} "
+            f"--encoder-hidden-size {dim} --decoder-embed-dim {dim} --decoder-hidden-size {dim} "
+            f"--decoder-out-embed-dim {dim}")
 
 
 @dataclass(frozen=True)
 class Schedule:
-    """What every model and seed shares (the matched settings)."""
+    """What every model and seed shares (the matched settings). The optimizer and the
+    learning-rate schedule are the sample recipe's (recipes/sample/run.sh): fairseq's
+    ``adam``, betas (0.9, 0.98), lr 0.003 fixed, clip-norm 1, dropout 0.3, label smoothing
+    0.1, ``--max-tokens 2000``."""
 
-    updates: int
+    max_update: int  # the budget: the same for every model
     interval: int  # validate and save every this many updates
-    average: int  # average the last N interval checkpoints
+    patience: int  # stop after this many validations without a lower validation loss
     max_tokens: int = 2000
     lr: float = 0.003
     dropout: float = 0.3
     label_smoothing: float = 0.1
     clip_norm: float = 1.0
-    optimizer: str = "torch_adam"
+    optimizer: str = "adam"
     adam_betas: str = "(0.9, 0.98)"
-    lr_scheduler: str = "fixed"
-    sizes: str = SIZES
+    lr_scheduler: str = "--lr-scheduler fixed"
+    sizes: str = sizes(2, 256)
     share: str = "--share-all-embeddings"
     beam: int = 5
     max_len_a: float = 1.5
     max_len_b: int = 10
+    lenpens: tuple = (0.6, 0.8, 1.0, 1.2, 1.4)  # swept on the validation set
     threads: int = 1
 
 
@@ -74,11 +103,12 @@ def train_command(data: str, model: Model, schedule: Schedule, seed: int, save_d
         *shlex.split(s.sizes), *shlex.split(s.share), "--dropout", str(s.dropout),
         "--criterion", model.criterion, "--label-smoothing", str(s.label_smoothing),
         "--optimizer", s.optimizer, "--adam-betas", s.adam_betas, "--lr", str(s.lr),
-        "--lr-scheduler", s.lr_scheduler, "--clip-norm", str(s.clip_norm),
-        "--max-tokens", str(s.max_tokens), "--max-update", str(s.updates), "--seed", str(seed),
+        *shlex.split(s.lr_scheduler), "--clip-norm", str(s.clip_norm),
+        "--max-tokens", str(s.max_tokens), "--max-update", str(s.max_update), "--max-epoch", "0",
+        "--patience", str(s.patience), "--seed", str(seed),
         "--validate-interval", "1000000", "--validate-interval-updates", str(s.interval),
         "--save-interval", "1000000", "--save-interval-updates", str(s.interval),
-        "--keep-interval-updates", str(s.average), "--no-epoch-checkpoints", "--save-dir", str(save_dir),
+        "--keep-interval-updates", "1", "--no-epoch-checkpoints", "--save-dir", str(save_dir),
         "--required-batch-size-multiple", "1", "--num-workers", "0",
         "--log-format", "json", "--log-interval", str(s.interval),
     ]
@@ -94,23 +124,58 @@ PARAMS = re.compile(r"num\. (?:model|shared model) params: ([\d,]+)")
 
 
 def learning_curve(log: str) -> List[Dict[str, float]]:
-    """Validation loss, nll_loss (bits/token), perplexity at each validation, with the
-    training seconds and wall seconds at that update (from the train_inner record of the
-    same update; the validation interval is a multiple of the log interval)."""
-    train_seconds, clock = 0.0, {}
-    for record in records(log, "train_inner"):
-        train_seconds += float(record["train_wall"])
-        clock[int(record["num_updates"])] = (train_seconds, float(record["wall"]))
-    curve = []
-    for record in records(log, "valid"):
-        updates = int(record["valid_num_updates"])
-        if updates not in clock:
-            raise BenchmarkError(f"no train_inner record at update {updates}: the validation interval "
-                                 "must be a multiple of the log interval")
-        curve.append({"updates": updates, "loss": float(record["valid_loss"]),
-                      "nll_loss": float(record["valid_nll_loss"]), "ppl": float(record["valid_ppl"]),
-                      "train_seconds": clock[updates][0], "wall_seconds": clock[updates][1]})
+    """Validation loss, nll_loss (bits/token) and perplexity at each validation, with the
+    training seconds and target tokens up to that update. Records are keyed by update (the
+    last one wins), so what a resume replays counts once."""
+    inner = {int(r["num_updates"]): r for r in records(log, "train_inner")}
+    valid = {int(r["valid_num_updates"]): r for r in records(log, "valid")}
+    curve, seconds, tokens, previous = [], 0.0, 0.0, 0
+    for updates in sorted(inner):
+        record = inner[updates]
+        seconds += float(record["train_wall"])
+        tokens += float(record["wpb"]) * (updates - previous)
+        previous = updates
+        if updates in valid:
+            v = valid[updates]
+            curve.append({"updates": updates, "loss": float(v["valid_loss"]), "nll_loss": float(v["valid_nll_loss"]),
+                          "ppl": float(v["valid_ppl"]), "train_seconds": seconds, "train_tokens": tokens})
+    missing = sorted(set(valid) - set(inner))
+    if missing:
+        raise BenchmarkError(f"no train_inner record at update {missing[0]}: the validation interval must be a "
+                             "multiple of the log interval")
     return curve
+
+
+def training_speed(log: str) -> Dict[str, Optional[float]]:
+    """Target tokens per second of training steps (``wpb`` x updates / ``train_wall``),
+    the first logged interval (warm-up) left out."""
+    inner = {int(r["num_updates"]): r for r in records(log, "train_inner")}
+    tokens = seconds = 0.0
+    previous = 0
+    for updates in sorted(inner):
+        record = inner[updates]
+        if previous and updates > previous:
+            tokens += float(record["wpb"]) * (updates - previous)
+            seconds += float(record["train_wall"])
+        previous = updates
+    return {"tokens_per_second": tokens / seconds if seconds else None, "timed_tokens": tokens,
+            "timed_seconds": seconds}
+
+
+def stopping(curve: List[Dict[str, float]], schedule: Schedule) -> Dict[str, object]:
+    """Where the validation loss was lowest, where training stopped and why, and the first
+    update within 1% of the lowest loss (how soon the model got to its final level)."""
+    if not curve:
+        raise BenchmarkError("no validation in the training log")
+    best = min(curve, key=lambda p: (p["loss"], p["updates"]))
+    after = sum(p["updates"] > best["updates"] for p in curve)
+    near = next(p["updates"] for p in curve if p["loss"] <= best["loss"] * 1.01)
+    last = curve[-1]["updates"]
+    reason = "patience" if after >= schedule.patience else "max_update" if last >= schedule.max_update else None
+    return {"best_updates": best["updates"], "best_loss": best["loss"], "best_nll_loss": best["nll_loss"],
+            "best_ppl": best["ppl"], "last_updates": last, "validations_after_best": after,
+            "stopped_by": reason, "updates_to_within_1pct": near,
+            "last_loss_change": curve[-1]["loss"] - best["loss"]}
 
 
 def parameters(log: str) -> int:
@@ -120,92 +185,86 @@ def parameters(log: str) -> int:
     return int(match.group(1).replace(",", ""))
 
 
-def environment(threads: int) -> Dict[str, str]:
+def environment(threads: int, memory_dir: Optional[Path] = None, visible: Optional[str] = "") -> Dict[str, str]:
+    """A run's environment: ``threads`` torch threads, the memory report into ``memory_dir``,
+    CUDA_VISIBLE_DEVICES ``visible`` ("": no GPU; None: as given)."""
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(threads),
-               MKL_NUM_THREADS=str(threads))
-    env.pop("CUDA_VISIBLE_DEVICES", None)
+               MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    env.pop(MEMORY_ENV, None)
+    if memory_dir is not None:
+        env[MEMORY_ENV] = str(memory_dir)
     return env
 
 
-def run_checked(command: List[str], log_path: Path, threads: int, timeout: float,
-                stdout_path: Optional[Path] = None) -> str:
-    """Run ``command`` with its stderr (and stdout, unless ``stdout_path`` gets it) in
-    ``log_path``; return the log (or, with ``stdout_path``, the stdout)."""
-    with open(log_path, "w", encoding="utf-8") as log, \
-            open(stdout_path or os.devnull, "w", encoding="utf-8") as out:
-        proc = subprocess.run(command, stdout=out if stdout_path else log, stderr=log, text=True,
-                              env=environment(threads), timeout=timeout, cwd=log_path.parent)
+STOP = threading.Event()  # set by stop_children(): no new child starts
+_children: Set[subprocess.Popen] = set()
+_lock = threading.Lock()
+
+
+def stop_children() -> None:
+    """Stop every running fairseq child (SIGTERM) and start no new one: what the study does
+    when it is told to stop, so that no orphan keeps writing into a run's directory."""
+    STOP.set()
+    with _lock:
+        for child in _children:
+            child.terminate()
+
+
+def run_checked(command: List[str], log_path: Path, env: Dict[str, str], timeout: float, append: bool = False) -> str:
+    """Run ``command`` with stdout and stderr in ``log_path``; return the whole log."""
+    with open(log_path, "a" if append else "w", encoding="utf-8") as log:
+        with _lock:
+            if STOP.is_set():
+                raise BenchmarkError("stopped")
+            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True, env=env,
+                                    cwd=log_path.parent)
+            _children.add(proc)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        finally:
+            with _lock:
+                _children.discard(proc)
     text = log_path.read_text(encoding="utf-8")
     if proc.returncode != 0:
         raise BenchmarkError(f"{shlex.join(command)} exited {proc.returncode} (log: {log_path}):\n{text[-3000:]}")
-    return stdout_path.read_text(encoding="utf-8") if stdout_path else text
+    return text
+
+
+def peak_memory(memory_dir: Path) -> Dict[str, object]:
+    """The resident-set high-water mark of each training process (one per session)."""
+    peaks = [json.loads(p.read_text())["peak_rss_bytes"] for p in sorted(memory_dir.glob("*.json"))]
+    return {"peak_rss_bytes": max(peaks) if peaks else None, "sessions_rss_bytes": peaks}
 
 
 def train(data: str, model: Model, schedule: Schedule, seed: int, run_dir: Path,
-          timeout: float) -> Dict[str, object]:
-    """Train one model and seed; return its curve, parameter count and seconds."""
+          timeout: float, visible: Optional[str] = "") -> Dict[str, object]:
+    """Train (or resume) one model and seed until patience or the budget stops it; return
+    its curve, stopping point, speed, memory and parameter count."""
     save_dir = run_dir / "checkpoints"
     save_dir.mkdir(parents=True, exist_ok=True)
-    log = run_checked(train_command(data, model, schedule, seed, save_dir), run_dir / "train.log",
-                      schedule.threads, timeout)
+    memory_dir = run_dir / "memory"
+    memory_dir.mkdir(exist_ok=True)
+    log_path = run_dir / "train.log"
+    resumed = (save_dir / "checkpoint_last.pt").exists()
+    log = log_path.read_text(encoding="utf-8") if resumed and log_path.exists() else ""
+    done_already = False
+    if log and records(log, "valid"):  # killed after patience ran out but before the exit
+        done_already = stopping(learning_curve(log), schedule)["stopped_by"] is not None
+    if not done_already:
+        log = run_checked(train_command(data, model, schedule, seed, save_dir), log_path,
+                          environment(schedule.threads, memory_dir, visible), timeout, append=resumed)
     curve = learning_curve(log)
-    if not curve or curve[-1]["updates"] != schedule.updates:
-        raise BenchmarkError(f"{model.name} seed {seed}: training stopped before update {schedule.updates} "
-                             f"(log: {run_dir / 'train.log'})")
-    train_records = records(log, "train_inner")
-    return {"parameters": parameters(log), "curve": curve,
-            "train_seconds": curve[-1]["train_seconds"], "wall_seconds": float(train_records[-1]["wall"])}
-
-
-def interval_checkpoints(save_dir: Path) -> List[Path]:
-    """checkpoint_<epoch>_<updates>.pt files, oldest first."""
-    found = []
-    for path in save_dir.glob("checkpoint_*_*.pt"):
-        match = re.fullmatch(r"checkpoint_(\d+)_(\d+)\.pt", path.name)
-        if match:
-            found.append((int(match.group(2)), path))
-    return [p for _, p in sorted(found)]
-
-
-def average_last(save_dir: Path, count: int, threads: int, timeout: float) -> Tuple[Path, List[int]]:
-    """Average the last ``count`` interval checkpoints fairseq kept. fairseq writes no
-    interval checkpoint at an update that also ends an epoch (it would be an epoch
-    checkpoint, which the study turns off), so the average may reach one interval further
-    back; the updates averaged are returned and recorded."""
-    checkpoints = interval_checkpoints(save_dir)[-count:]
-    if len(checkpoints) < count:
-        raise BenchmarkError(f"{save_dir}: {len(checkpoints)} interval checkpoints, {count} needed to average")
-    out = save_dir / f"average_last{count}.pt"
-    run_checked([sys.executable, str(AVERAGE), "--out", str(out), *map(str, checkpoints)],
-                save_dir / "average.log", threads, timeout)
-    return out, [int(p.stem.split("_")[2]) for p in checkpoints]
-
-
-GENERATE_SUMMARY = re.compile(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in ([\d.]+)s")
-
-
-def generate(data: str, checkpoint: Path, schedule: Schedule, remove_bpe: Optional[str], out: Path,
-             timeout: float) -> Dict[str, object]:
-    """Beam search over the test set; hypotheses (D-), references (T-) and sources (S-)
-    in corpus order, as fairseq prints them after ``--remove-bpe``."""
-    command = [
-        str(BIN / "fairseq-generate"), data, "--user-dir", USER_DIR, "--path", str(checkpoint),
-        "--gen-subset", "test", "--beam", str(schedule.beam), "--batch-size", "64",
-        "--max-len-a", str(schedule.max_len_a), "--max-len-b", str(schedule.max_len_b),
-        "--required-batch-size-multiple", "1", "--num-workers", "0",
-        *(["--remove-bpe", remove_bpe] if remove_bpe else []),
-    ]
-    output = run_checked(command, out.with_suffix(".log"), schedule.threads, timeout, stdout_path=out)
-    lines: Dict[str, Dict[int, str]] = {"S": {}, "T": {}, "D": {}}
-    for line in output.splitlines():
-        kind = line[:2]
-        if kind in ("S-", "T-", "D-") and "\t" in line:
-            parts = line.split("\t")
-            lines[kind[0]][int(parts[0][2:])] = parts[-1] if kind == "D-" else parts[1]
-    count = len(lines["T"])
-    missing = [i for i in range(count) if i not in lines["D"]]
-    if count == 0 or missing:
-        raise BenchmarkError(f"{out}: {len(missing)} of {count} test sentences have no hypothesis")
-    match = GENERATE_SUMMARY.search(output + out.with_suffix(".log").read_text(encoding="utf-8"))
-    return {key: [lines[key][i] for i in range(count)] for key in ("S", "T", "D")} | {
-        "seconds": float(match.group(3)) if match else None}
+    stop = stopping(curve, schedule)
+    if stop["stopped_by"] is None:
+        raise BenchmarkError(f"{model.name} seed {seed}: training ended at update {stop['last_updates']} without "
+                             f"patience or the budget stopping it (log: {log_path})")
+    if not (save_dir / "checkpoint_best.pt").exists():
+        raise BenchmarkError(f"{model.name} seed {seed}: no checkpoint_best.pt in {save_dir}")
+    return {"parameters": parameters(log), "curve": curve, "stop": stop, "speed": training_speed(log),
+            "memory": peak_memory(memory_dir), "sessions": len(PARAMS.findall(log)),
+            "train_seconds": curve[-1]["train_seconds"], "train_tokens": curve[-1]["train_tokens"]}

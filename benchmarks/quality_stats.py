@@ -1,13 +1,21 @@
 """The quality study's statistics: sacreBLEU/chrF of one output (whole test set and source
-length buckets), mean and spread over seeds, the paired bootstrap of the seed-mean
-difference between two models, and the unigram perplexity a model must beat.
+length buckets), mean and spread over seeds, the intervals of a difference between two
+models, the wording that follows from them, and the unigram perplexity a model must beat.
 
-Scores are sacreBLEU's (13a, mixed case; chrF2) on detokenized text. The bootstrap
-resamples test sentences the way sacreBLEU's ``--paired-bs`` does (numpy
-``default_rng(SACREBLEU_SEED=12345).choice``, 1,000 resamples, sufficient statistics per
-sentence summed per resample), but over several seeds at once: each resample scores every
-seed of both models on the same sentences, and the statistic is the difference of the
-seed means. sacreBLEU's own ``PairedTest`` gives the p-value of each seed pair.
+Scores are sacreBLEU's (13a, mixed case; chrF2) on detokenized text. Two seed-level
+intervals for each difference of seed means (system - baseline):
+
+- ``hierarchical_bootstrap``: each resample draws the seeds of each model with
+  replacement (independently: seed 1 of one model has nothing in common with seed 1 of
+  another) *and* the test sentences with replacement (the same sentences for every seed of
+  both models), scores every drawn seed's corpus on those sentences, and takes the
+  difference of the means; 95% = the 2.5th and 97.5th percentiles.
+- ``welch_interval``: Welch's t interval over the per-seed corpus scores (the seed spread
+  only, with the small-sample t quantile).
+
+``verdict`` words a difference: better or worse *by* the difference only when both
+intervals exclude 0 on the same side, else "no difference detected". ``paired_bootstrap``
+(sentences only, as sacreBLEU's ``--paired-bs``) is kept as the within-seed reference.
 """
 from __future__ import annotations
 
@@ -16,10 +24,11 @@ import math
 import os
 import statistics
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import sacrebleu
+from scipy import stats as scipy_stats
 from sacrebleu.significance import PairedTest
 
 logging.getLogger("sacrebleu").setLevel(logging.WARNING)  # PairedTest logs every step at INFO
@@ -71,8 +80,10 @@ def score(hypotheses: Sequence[str], references: Sequence[str],
 
 
 def mean_std(values: Sequence[float]) -> Dict[str, float]:
-    """Mean and sample standard deviation (0 for one value)."""
+    """Mean and sample standard deviation (0 for one value; NaN for none)."""
     values = list(values)
+    if not values:
+        return {"mean": math.nan, "std": math.nan, "n": 0, "values": []}
     return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
             "n": len(values), "values": values}
 
@@ -121,6 +132,90 @@ def paired_bootstrap(system: Sequence[Sequence[str]], baseline: Sequence[Sequenc
     return {"difference": observed, "ci95": [float(diffs[cut]), float(diffs[samples - cut - 1])],
             "bootstrap_mean": float(diffs.mean()), "p_not_better": float(np.mean(diffs <= 0)),
             "samples": samples, "sentences": len(subset)}
+
+
+def sentence_stats(metric_name: str, hypotheses: Sequence[str], references: Sequence[str]) -> np.ndarray:
+    """sacreBLEU's sufficient statistics of each sentence (rows), summed over rows to score a corpus."""
+    return _sentence_stats(metric_name, hypotheses, references)
+
+
+def corpus_scorer(metric_name: str) -> Callable[[np.ndarray], float]:
+    metric = new_metric(metric_name)
+    return lambda totals: float(metric._compute_score_from_stats(totals).score)
+
+
+def percentile_interval(values: np.ndarray) -> List[float]:
+    """The 2.5th and 97.5th percentile order statistics (sacreBLEU's ``estimate_ci`` cut)."""
+    ordered = np.sort(np.asarray(values, dtype=np.float64))
+    cut = len(ordered) // 40
+    return [float(ordered[cut]), float(ordered[len(ordered) - cut - 1])]
+
+
+Draw = Tuple[np.ndarray, np.ndarray, np.ndarray]  # seeds of the system, of the baseline, sentences
+
+
+def hierarchical_draws(n_system: int, n_baseline: int, n_sentences: int, samples: int,
+                       seed: int = 12345) -> List[Draw]:
+    rng = np.random.default_rng(seed)
+    return [(rng.integers(n_system, size=n_system), rng.integers(n_baseline, size=n_baseline),
+             rng.integers(n_sentences, size=n_sentences)) for _ in range(samples)]
+
+
+def hierarchical_bootstrap(system: Sequence[np.ndarray], baseline: Sequence[np.ndarray],
+                           scorer: Callable[[np.ndarray], float], samples: int = BOOTSTRAP_SAMPLES,
+                           draws: Optional[List[Draw]] = None) -> Dict[str, object]:
+    """Difference of seed means with a 95% interval that resamples seeds and sentences.
+
+    ``system``/``baseline``: one (sentences x statistics) array per seed; ``scorer`` turns
+    summed statistics into a corpus score. ``draws`` (for tests) replaces the random draws.
+    """
+    n = len(system[0])
+    if any(len(s) != n for s in [*system, *baseline]):
+        raise ValueError("every seed must be scored on the same sentences")
+    observed = (statistics.fmean(scorer(s.sum(0)) for s in system)
+                - statistics.fmean(scorer(s.sum(0)) for s in baseline))
+    draws = draws if draws is not None else hierarchical_draws(len(system), len(baseline), n, samples)
+    diffs = []
+    for sys_seeds, base_seeds, rows in draws:
+        sys_scores = [scorer(s[rows].sum(0)) for s in system]
+        base_scores = [scorer(s[rows].sum(0)) for s in baseline]
+        diffs.append(float(np.mean([sys_scores[k] for k in sys_seeds]) - np.mean([base_scores[k] for k in base_seeds])))
+    diffs_array = np.array(diffs)
+    return {"difference": observed, "ci95": percentile_interval(diffs_array),
+            "p_not_better": float(np.mean(diffs_array <= 0)), "p_not_worse": float(np.mean(diffs_array >= 0)),
+            "samples": len(draws), "seeds": [len(system), len(baseline)], "sentences": n}
+
+
+def welch_interval(system: Sequence[float], baseline: Sequence[float], level: float = 0.95) -> Dict[str, object]:
+    """Welch's t interval for mean(system) - mean(baseline) over per-seed scores, and the
+    two-sided p-value; undefined (None) with fewer than 2 seeds a side or no spread."""
+    a, b = np.asarray(system, dtype=np.float64), np.asarray(baseline, dtype=np.float64)
+    difference = float(a.mean() - b.mean())
+    out: Dict[str, object] = {"difference": difference, "ci95": None, "p_value": None, "df": None,
+                              "seeds": [len(a), len(b)]}
+    if len(a) < 2 or len(b) < 2:
+        return out
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return out
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    t = float(scipy_stats.t.ppf(0.5 + level / 2, df))
+    p = float(2 * scipy_stats.t.sf(abs(difference) / se, df))
+    return out | {"ci95": [difference - t * se, difference + t * se], "p_value": p, "df": float(df),
+                  "se": se, "t": t}
+
+
+def verdict(bootstrap_ci: Sequence[float], welch_ci: Optional[Sequence[float]], difference: float,
+            unit: str, system: str = "hybrid") -> str:
+    """The wording a difference allows: a direction only when both seed-level intervals
+    exclude 0 on the same side (a missing Welch interval allows none)."""
+    intervals = [bootstrap_ci, welch_ci]
+    if all(ci is not None and ci[0] > 0 for ci in intervals):
+        return f"{system} better by {difference:.2f} {unit}"
+    if all(ci is not None and ci[1] < 0 for ci in intervals):
+        return f"{system} worse by {-difference:.2f} {unit}"
+    return "no difference detected"
 
 
 def sacrebleu_paired_bs(system: Sequence[str], baseline: Sequence[str],

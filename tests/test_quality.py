@@ -1,24 +1,20 @@
-"""The quality study (benchmarks/quality*.py): length buckets, scores against sacreBLEU
-called directly, the paired bootstrap against sacreBLEU's own --paired-bs, the unigram
-level against counts from the raw text, fairseq log parsing, one-line errors, and
-``--quick`` end to end on a tiny corpus (JSON, PNG and Markdown written and readable)."""
+"""The quality study (benchmarks/quality*.py): scores against sacreBLEU called directly, the
+seed-level intervals against hand computations, the wording they allow, the made-up long
+probe, fairseq log parsing across a resume, which runs a rerun skips or resumes (fake
+records, no training), one-line errors, and ``--quick`` end to end on a tiny corpus."""
 import json
 import os
-import re
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import sacrebleu
 
-from benchmarks import quality_stats
-from benchmarks.quality_runs import learning_curve
+from benchmarks import quality, quality_stats as qs
+from benchmarks.quality_generate import best_lenpen, join, probe_groups
+from benchmarks.quality_runs import (Schedule, learning_curve, model_options, stopping, train_command,
+                                     training_speed, visible_devices)
+from benchmarks.quality_store import SettingsMismatch, Store, plan
 
-pytestmark = pytest.mark.slow  # end to end through fairseq's CLIs: make test runs it, -m "not slow" skips it
-
-ROOT = Path(__file__).resolve().parent.parent
 REFS = ["the cat sat on the mat", "a dog barks at night", "it is raining again today",
         "we went to the market", "he reads a long book", "the sun is shining bright",
         "she plays the piano well", "they are late for school"]
@@ -30,56 +26,251 @@ BAD = ["cat the mat", "dog night", "raining is it", "market we", "book long", "s
 
 
 def test_length_buckets_are_thirds_by_source_length_and_the_longest_tenth():
-    lengths = [5, 1, 9, 3, 7, 2, 8, 4, 6, 10, 3, 5]  # 12 sentences
-    buckets = quality_stats.length_buckets(lengths)
+    buckets = qs.length_buckets([5, 1, 9, 3, 7, 2, 8, 4, 6, 10, 3, 5])
     assert buckets["short third"]["indices"] == [1, 3, 5, 10]  # lengths 1, 2, 3, 3
-    assert buckets["middle third"]["indices"] == [0, 7, 8, 11]  # lengths 4, 5, 5, 6
     assert buckets["long third"]["indices"] == [2, 4, 6, 9]  # lengths 7, 8, 9, 10
-    assert buckets["longest 10%"]["indices"] == [2, 9]
-    assert buckets["longest 10%"]["source_words"] == [9, 10]
-    assert buckets["short third"]["source_words"] == [1, 3]
+    assert buckets["longest 10%"]["indices"] == [2, 9] and buckets["longest 10%"]["source_words"] == [9, 10]
     with pytest.raises(ValueError, match="at least 3"):
-        quality_stats.length_buckets([1, 2])
+        qs.length_buckets([1, 2])
 
 
 def test_scores_equal_sacrebleu_on_the_whole_set_and_on_each_bucket():
-    buckets = quality_stats.length_buckets([len(r.split()) for r in REFS])
-    scores = quality_stats.score(GOOD, REFS, buckets)
+    buckets = qs.length_buckets([len(r.split()) for r in REFS])
+    scores = qs.score(GOOD, REFS, buckets)
     assert scores["bleu"] == round(sacrebleu.corpus_bleu(GOOD, [REFS]).score, 2)
     assert scores["chrf"] == round(sacrebleu.corpus_chrf(GOOD, [REFS]).score, 2)
-    assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     for info, bucket in zip(buckets.values(), scores["buckets"].values()):
-        hyp = [GOOD[i] for i in info["indices"]]
-        ref = [REFS[i] for i in info["indices"]]
+        hyp, ref = [GOOD[i] for i in info["indices"]], [REFS[i] for i in info["indices"]]
         assert bucket["bleu"] == round(sacrebleu.corpus_bleu(hyp, [ref]).score, 2)
 
 
-def test_paired_bootstrap_of_one_seed_agrees_with_sacrebleu_paired_bs():
-    ours = quality_stats.paired_bootstrap([GOOD], [BAD], REFS)
-    theirs = quality_stats.sacrebleu_paired_bs(GOOD, BAD, REFS)["bleu"]
-    assert ours["difference"] == pytest.approx(theirs["system"] - theirs["baseline"], abs=1e-9)
-    # the same resampled sentences: the bootstrap means agree (sacreBLEU sums float32 stats)
-    assert ours["bootstrap_mean"] == pytest.approx(theirs["system_mean"] - theirs["baseline_mean"], abs=1e-3)
-    assert 0 < ours["ci95"][0] <= ours["difference"] <= ours["ci95"][1]
-    assert ours["p_not_better"] < 0.05
-
-
-def test_paired_bootstrap_of_identical_systems_is_zero_and_seed_means_are_averaged():
-    same = quality_stats.paired_bootstrap([GOOD, BAD], [GOOD, BAD], REFS, metric_name="chrf")
-    assert same["difference"] == 0 and same["ci95"] == [0.0, 0.0]
-    mixed = quality_stats.paired_bootstrap([GOOD, GOOD], [GOOD, BAD], REFS, subset=[0, 2, 4, 6])
-    sub = [0, 2, 4, 6]
-    expected = (sacrebleu.corpus_bleu([GOOD[i] for i in sub], [[REFS[i] for i in sub]]).score
-                - sacrebleu.corpus_bleu([BAD[i] for i in sub], [[REFS[i] for i in sub]]).score) / 2
-    assert mixed["difference"] == pytest.approx(expected)
-    assert mixed["sentences"] == 4
-
-
 def test_mean_std_is_the_sample_standard_deviation():
-    stat = quality_stats.mean_std([1.0, 2.0, 6.0])
-    assert stat["mean"] == pytest.approx(3.0)
-    assert stat["std"] == pytest.approx(np.std([1.0, 2.0, 6.0], ddof=1))
-    assert quality_stats.mean_std([4.0])["std"] == 0.0
+    stat = qs.mean_std([1.0, 2.0, 6.0])
+    assert stat["mean"] == pytest.approx(3.0) and stat["std"] == pytest.approx(np.std([1.0, 2.0, 6.0], ddof=1))
+    assert qs.mean_std([4.0])["std"] == 0.0 and np.isnan(qs.mean_std([])["mean"])
+
+
+def test_summed_sentence_statistics_give_sacrebleus_corpus_score():
+    for metric, corpus in (("bleu", sacrebleu.corpus_bleu), ("chrf", sacrebleu.corpus_chrf)):
+        stats = qs.sentence_stats(metric, GOOD, REFS)
+        assert qs.corpus_scorer(metric)(stats.sum(0)) == pytest.approx(corpus(GOOD, [REFS]).score)
+
+
+def test_paired_bootstrap_of_one_seed_agrees_with_sacrebleu_paired_bs():
+    ours = qs.paired_bootstrap([GOOD], [BAD], REFS)
+    theirs = qs.sacrebleu_paired_bs(GOOD, BAD, REFS)["bleu"]
+    assert ours["difference"] == pytest.approx(theirs["system"] - theirs["baseline"], abs=1e-9)
+    assert ours["bootstrap_mean"] == pytest.approx(theirs["system_mean"] - theirs["baseline_mean"], abs=1e-3)
+
+
+def test_hierarchical_bootstrap_matches_a_hand_computation():
+    # "score" = mean of one number per sentence; 2 system seeds, 2 baseline seeds, 3 sentences
+    system = [np.array([[1.0], [2.0], [3.0]]), np.array([[3.0], [3.0], [3.0]])]  # means 2, 3
+    baseline = [np.array([[0.0], [0.0], [3.0]]), np.array([[2.0], [2.0], [2.0]])]  # means 1, 2
+
+    def mean(totals):
+        return float(totals[0]) / 3  # every resample has 3 sentences
+
+    draws = [  # (system seeds, baseline seeds, sentences)
+        (np.array([0, 0]), np.array([1, 1]), np.array([0, 1, 2])),  # 2 - 2 = 0
+        (np.array([1, 1]), np.array([0, 0]), np.array([0, 0, 1])),  # 3 - 0 = 3
+        (np.array([0, 1]), np.array([0, 1]), np.array([2, 2, 2])),  # (3 + 3)/2 - (3 + 2)/2 = 0.5
+        (np.array([0, 1]), np.array([1, 0]), np.array([1, 1, 0])),  # (5/3 + 3)/2 - (2 + 0)/2 = 4/3
+    ]
+    result = qs.hierarchical_bootstrap(system, baseline, mean, draws=draws)
+    assert result["difference"] == pytest.approx((2 + 3) / 2 - (1 + 2) / 2)  # 1.0
+    assert result["ci95"] == pytest.approx([0.0, 3.0])  # 4 samples: the cut is 0, so min and max
+    assert result["p_not_better"] == pytest.approx(1 / 4)  # only the 0 is <= 0
+    assert result["seeds"] == [2, 2] and result["samples"] == 4
+
+
+def test_hierarchical_bootstrap_without_seed_spread_is_the_sentence_bootstrap():
+    rows = qs.resample_indices(len(REFS))
+    stats = [qs.sentence_stats("bleu", h, REFS) for h in (GOOD, BAD)]
+    draws = [(np.zeros(2, int), np.zeros(2, int), r) for r in rows]
+    seeds = qs.hierarchical_bootstrap([stats[0], stats[0]], [stats[1], stats[1]], qs.corpus_scorer("bleu"),
+                                      draws=draws)
+    sentences = qs.paired_bootstrap([GOOD, GOOD], [BAD, BAD], REFS)
+    assert seeds["difference"] == pytest.approx(sentences["difference"])
+    assert seeds["ci95"] == pytest.approx(sentences["ci95"])
+    # with a seed spread, the interval widens
+    spread = qs.hierarchical_bootstrap([stats[0], stats[1]], [stats[1], stats[1]], qs.corpus_scorer("bleu"))
+    assert spread["ci95"][0] <= 0 < spread["ci95"][1]
+
+
+def test_welch_interval_matches_a_hand_computation():
+    # equal variances 2.5, n 5 and 5: se = sqrt(2.5/5 + 2.5/5) = 1, df = 8, t(0.975, 8) = 2.306004
+    result = qs.welch_interval([4, 5, 6, 7, 8], [3, 4, 5, 6, 7])
+    assert result["difference"] == 1.0 and result["df"] == pytest.approx(8.0)
+    assert result["ci95"] == pytest.approx([1 - 2.306004, 1 + 2.306004], abs=1e-6)
+    assert result["p_value"] == pytest.approx(0.346594, abs=1e-6)  # 2 * P(T_8 > 1)
+    # a baseline without spread: se = sqrt(2/2) = 1, df = 1^2 / (1^2 / 1) = 1, t(0.975, 1) = 12.706205
+    result = qs.welch_interval([2, 4], [1, 1, 1])
+    assert result["ci95"] == pytest.approx([2 - 12.706205, 2 + 12.706205], abs=1e-6)
+    assert qs.welch_interval([1.0], [2.0, 3.0])["ci95"] is None  # one seed: no seed-level interval
+    assert qs.welch_interval([1.0, 1.0], [2.0, 2.0])["ci95"] is None  # no spread at all
+
+
+def test_verdict_needs_both_seed_level_intervals_on_one_side():
+    assert qs.verdict([-1.2, -0.3], [-1.5, -0.1], -0.8, "BLEU") == "hybrid worse by 0.80 BLEU"
+    assert qs.verdict([0.3, 1.2], [0.1, 1.5], 0.8, "chrF") == "hybrid better by 0.80 chrF"
+    assert qs.verdict([0.3, 1.2], [-0.1, 1.5], 0.8, "BLEU") == "no difference detected"
+    assert qs.verdict([0.3, 1.2], None, 0.8, "BLEU") == "no difference detected"  # sentence resampling alone
+
+
+def test_best_lenpen_prefers_the_default_on_ties():
+    assert best_lenpen({"0.6": 3.0, "1.0": 3.5, "1.4": 3.5}, 1.0) == 1.0
+    assert best_lenpen({"0.6": 3.0, "1.2": 3.6, "1.4": 3.6}, 1.0) == 1.2
+
+
+def test_probe_groups_join_consecutive_pairs_to_30_to_60_words():
+    lengths = [10, 15, 8, 25, 40, 50, 70, 5, 5, 30]
+    groups = probe_groups(lengths)
+    # [10, 15, 8] = 33; 25 + 40 > 60: 25 dropped, 40 starts and ends a group (>= 30); so does 50;
+    # 70 > 60 is skipped; [5, 5, 30] = 40
+    assert groups == [[0, 1, 2], [4], [5], [7, 8, 9]]
+    assert all(30 <= sum(lengths[i] for i in g) <= 60 for g in groups)
+    assert join(list("abcdefghij"), groups) == ["a b c", "e", "f", "h i j"]
+
+
+def _log(*records):
+    return "\n".join(f"2026-12-03 10:00:00 | INFO | {kind} | " + json.dumps({k: str(v) for k, v in r.items()})
+                     for kind, r in records)
+
+
+def test_learning_curve_counts_updates_replayed_after_a_resume_once():
+    def inner(u, wall, wpb=100):
+        return ("train_inner", {"num_updates": u, "train_wall": wall, "wpb": wpb})
+
+    def valid(u, loss):
+        return ("valid", {"valid_loss": loss, "valid_nll_loss": loss - 0.5, "valid_ppl": 2 ** loss,
+                          "valid_num_updates": u})
+
+    log = _log(inner(10, 4), valid(10, 9.0), inner(20, 3), valid(20, 8.0), inner(30, 5),  # killed here
+               inner(30, 6), valid(30, 8.5), inner(40, 2), valid(40, 8.2))  # resumed from update 20
+    curve = learning_curve(log)
+    assert [(p["updates"], p["train_seconds"], p["train_tokens"]) for p in curve] == [
+        (10, 4.0, 1000.0), (20, 7.0, 2000.0), (30, 13.0, 3000.0), (40, 15.0, 4000.0)]
+    assert training_speed(log) == {"tokens_per_second": 3000 / 11, "timed_tokens": 3000.0, "timed_seconds": 11.0}
+    patience = stopping(curve, Schedule(max_update=100, interval=10, patience=2))
+    assert (patience["stopped_by"], patience["best_updates"], patience["validations_after_best"]) == ("patience", 20, 2)
+    assert patience["updates_to_within_1pct"] == 20
+    budget = stopping(curve, Schedule(max_update=40, interval=10, patience=3))
+    assert budget["stopped_by"] == "max_update"
+    assert stopping(curve, Schedule(max_update=100, interval=10, patience=3))["stopped_by"] is None
+
+
+def test_a_rerun_skips_finished_runs_resumes_started_ones_and_refuses_other_settings(tmp_path):
+    store = Store(tmp_path / "records", tmp_path / "work")
+    settings = {"lstm": {"lr": 0.003, "options": "--arch lstm"}, "hybrid": {"lr": 0.003, "options": "--arch h"}}
+    runs = [("lstm", 1), ("hybrid", 1), ("lstm", 2), ("hybrid", 2)]
+    assert plan(runs, store, settings) == {"finished": [], "resume": [], "new": runs}
+    # lstm 1 finished; hybrid 1 trained to a checkpoint and was killed; lstm 2 started, no checkpoint yet
+    store.finish({"model": "lstm", "seed": 1, "settings": settings["lstm"], "scores": 1}, {"test@default": ["x"]})
+    started = store.begin("hybrid", 1, settings["hybrid"], "new")
+    (started / "checkpoints").mkdir()
+    (started / "checkpoints/checkpoint_last.pt").write_bytes(b"weights")
+    store.begin("lstm", 2, settings["lstm"], "new")
+    assert plan(runs, store, settings) == {"finished": [("lstm", 1)], "resume": [("hybrid", 1)],
+                                           "new": [("lstm", 2), ("hybrid", 2)]}
+    assert store.load("lstm", 1) == ({"model": "lstm", "seed": 1, "settings": settings["lstm"], "scores": 1},
+                                     {"test@default": ["x"]})
+    # resuming keeps the checkpoint; a new start wipes what was there
+    assert store.begin("hybrid", 1, settings["hybrid"], "resume") == started
+    assert (started / "checkpoints/checkpoint_last.pt").read_bytes() == b"weights"
+    (store.run_dir("lstm", 2) / "stale.txt").write_text("old")
+    store.begin("lstm", 2, settings["lstm"], "new")
+    assert not (store.run_dir("lstm", 2) / "stale.txt").exists()
+    # a started run of other settings starts again; a finished one of other settings stops everything
+    other = {k: v | {"lr": 0.001} for k, v in settings.items()}
+    assert store.status("hybrid", 1, other["hybrid"]) == "new"
+    with pytest.raises(SettingsMismatch, match=r"lstm-seed1\.json was run with other settings \(lr differ\)"):
+        plan(runs, store, other)
+    # a record without its hypotheses is not finished
+    store.hyps_path("lstm", 1).unlink()
+    assert store.status("lstm", 1, settings["lstm"]) == "new"
+
+
+def test_a_failed_run_is_reported_and_the_others_still_run(monkeypatch, capsys):
+    from benchmarks.fairseq_runs import BenchmarkError
+
+    done = []
+
+    def run_one(args, store, data, probe, schedule, key, seed, test, status):
+        if (key, seed) == ("lstm", 1):
+            raise BenchmarkError("fairseq-train exited 1")
+        done.append((key, seed, status))
+
+    monkeypatch.setattr(quality, "run_one", run_one)
+    runs = [("lstm", 1), ("hybrid", 1), ("lstm", 2)]
+    todo = {("lstm", 1): "new", ("hybrid", 1): "resume", ("lstm", 2): "new"}
+    with pytest.raises(BenchmarkError, match=r"1 run\(s\) failed: lstm-seed1 \(rerun the same command"):
+        quality.run_all(quality.parse_args(["--jobs", "1"]), None, None, None, None, runs, None, todo)
+    assert done == [("hybrid", 1, "resume"), ("lstm", 2, "new")]
+    out = capsys.readouterr().out
+    assert "[lstm seed 1] FAILED (a rerun retries it): benchmarks: error: fairseq-train exited 1" in out
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--seeds", "1,1"], "--seeds '1,1': seeds must be distinct integers >= 0"),
+    (["--lenpens", "0.8,1.2"], "--lenpens '0.8,1.2': must include the default 1.0"),
+    (["--max-update", "30", "--interval", "7"], "--max-update 30 is not a multiple of --interval 7"),
+    (["--if-seeds", "4", "--seeds", "1,2"], "--if-seeds 4: more than the 2 seed(s) in --seeds"),
+    (["--jobs", "0"], "--jobs 0: must be an integer >= 1"),
+    (["--data", "/nonexistent/bin"],
+     "--data '/nonexistent/bin': not a fairseq-preprocess directory with train and test splits"),
+    (["--reference", "/nonexistent.de"], "--reference '/nonexistent.de': no such file"),
+])
+def test_bad_input_stops_with_one_line_before_any_work(capsys, args, message):
+    with pytest.raises(SystemExit) as stop:
+        quality.parse_args(args)
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"benchmarks.quality: error: {message}"]
+
+
+def test_presets_train_the_sample_recipes_or_the_wmt_recipes_models_on_their_devices():
+    sample = quality.parse_args([])
+    command = train_command("bin", quality.MODEL["hybrid"], quality.schedule_of(sample), 3, "ckpt")
+    joined = " ".join(command)
+    assert "--optimizer adam" in joined and "--lr 0.003 --lr-scheduler fixed --clip-norm 1.0" in joined
+    assert "--max-update 16000" in joined and "--patience 4" in joined and "--validate-interval-updates 250" in joined
+    assert "--encoder-layers 2" in joined and "--share-all-embeddings" in joined and "--seed 3" in joined
+    assert sample.seed_list == [1, 2, 3, 4, 5] and quality.planned(sample).count(("hybrid_if", 4)) == 0
+    assert len(quality.planned(sample)) == 13
+    wmt = quality.parse_args(["--preset", "wmt", "--hybrid-devices", "cuda:2,cuda:3"])
+    joined = " ".join(train_command("bin", quality.MODEL["lstm"], quality.schedule_of(wmt), 1, "ckpt"))
+    assert "--lr 0.001 --lr-scheduler reduce_lr_on_plateau --lr-shrink 0.5 --clip-norm 5.0" in joined
+    assert "--max-tokens 8000" in joined and "--dropout 0.2" in joined and "--encoder-layers" not in joined
+    assert model_options("lstm", "wmt", "cuda:2,cuda:3") == "--arch lstm_luong_wmt_en_de"
+    hybrid_if = model_options("hybrid_if", "wmt", "cuda:2,cuda:3")
+    assert hybrid_if == "--arch hybrid_lstm_wmt_en_de --hybrid-devices cuda:2,cuda:3 --input-feeding"
+    # the hybrid sees the GPUs it names; the baseline and beam search only the first; CPU runs none
+    assert visible_devices(hybrid_if, "cuda:2,cuda:3") is None
+    assert visible_devices("--arch lstm_luong_wmt_en_de", "cuda:2,cuda:3") == "2"
+    assert visible_devices("--arch lstm", "cpu") == ""
+
+
+def test_the_wmt_recipes_quality_stage_runs_the_study_with_the_recipes_settings(tmp_path):
+    import subprocess
+
+    for name in ("bin/train.en-de.en.idx", "bin/test.en-de.en.idx", "clean/test.ref.de", "clean/test.en"):
+        (tmp_path / "wmt" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "wmt" / name).write_text("")  # what the study checks exists before any work
+    env = dict(os.environ, DRY_RUN="1", GPUS="0,1", MAX_UPDATE="20000", SAVE_INTERVAL="2000",
+               QUALITY_SEEDS="1,2,3", DATA_DIR=str(tmp_path / "wmt"))
+    proc = subprocess.run(["bash", "recipes/wmt17_en_de/run.sh", "quality"], cwd=quality.ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    line = proc.stdout.splitlines()[-1]
+    assert line.startswith("quality   [would run] the quality study")
+    study = line.split("&& ", 1)[1].rstrip(")").split()
+    args = quality.parse_args(study[3:])  # what the stage would run parses, with the recipe's settings
+    assert (args.preset, args.hybrid_devices, args.max_update, args.interval) == ("wmt", "cuda:0,cuda:1", 20000, 2000)
+    assert args.seed_list == [1, 2, 3] and args.name == "wmt17_en_de" and args.remove_bpe == "sentencepiece"
+    assert args.reference == str(tmp_path / "wmt/clean/test.ref.de")
+    bad = subprocess.run(["bash", "recipes/wmt17_en_de/run.sh", "quality"], cwd=quality.ROOT,
+                         env=env | {"SAVE_INTERVAL": "3000"}, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and "MAX_UPDATE=20000 is not a multiple of SAVE_INTERVAL=3000" in bad.stderr
 
 
 @pytest.fixture(scope="module")
@@ -89,112 +280,52 @@ def tiny(tmp_path_factory):
     return prepared_sample(tmp_path_factory.mktemp("tiny"), train=300, valid=40, test=40)
 
 
-def test_unigram_perplexity_matches_counts_from_the_raw_text(tiny):
-    from fairseq.data import Dictionary
-
-    dictionary = Dictionary.load(str(tiny / "bin/dict.de.txt"))
-
-    def ids(split):
-        lines = (tiny / f"raw/{split}.de").read_text(encoding="utf-8").splitlines()
-        return [dictionary.index(w) for line in lines for w in line.split()] + [dictionary.eos()] * len(lines)
-
-    counts = np.bincount(ids("train"), minlength=len(dictionary)) + 1.0
-    bits = -np.mean(np.log2(counts[ids("valid")] / counts.sum()))
-    result = quality_stats.unigram_perplexity(tiny / "bin")
-    assert result["bits_per_token"] == pytest.approx(bits)
-    assert result["perplexity"] == pytest.approx(2 ** bits)
-
-
-def test_learning_curve_sums_train_wall_up_to_each_validation():
-    def line(kind, record):
-        return f"2026-12-03 10:00:00 | INFO | {kind} | " + json.dumps({k: str(v) for k, v in record.items()})
-
-    log = "\n".join([
-        "2026-12-03 | INFO | fairseq_cli.train | num. shared model params: 3,000,000 (num. trained: 3,000,000)",
-        line("train_inner", {"num_updates": 10, "train_wall": 4, "wall": 5}),
-        line("train_inner", {"num_updates": 20, "train_wall": 3, "wall": 9}),
-        line("valid", {"valid_loss": 9.5, "valid_nll_loss": 9.0, "valid_ppl": 512.0, "valid_num_updates": 20}),
-        line("train_inner", {"num_updates": 30, "train_wall": 5, "wall": 16}),
-        line("train_inner", {"num_updates": 40, "train_wall": 2, "wall": 19}),
-        line("valid", {"valid_loss": 8.5, "valid_nll_loss": 8.0, "valid_ppl": 256.0, "valid_num_updates": 40}),
-    ])
-    curve = learning_curve(log)
-    assert [(p["updates"], p["train_seconds"], p["wall_seconds"], p["ppl"]) for p in curve] == [
-        (20, 7.0, 9.0, 512.0), (40, 14.0, 19.0, 256.0)]
-
-
-def run_quality(*args):
-    return subprocess.run([sys.executable, "-m", "benchmarks.quality", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=1800)
-
-
-@pytest.mark.parametrize("args,message", [
-    (["--seeds", "1,1"], "--seeds '1,1': seeds must be distinct"),
-    (["--seeds", "a"], "--seeds 'a': must be comma-separated integers"),
-    (["--updates", "30", "--interval", "7"], "--updates 30 is not a multiple of --interval 7"),
-    (["--updates", "40", "--interval", "10", "--average", "5"], "--average 5 x --interval 10 exceeds --updates 40"),
-    (["--jobs", "0"], "--jobs 0: must be an integer >= 1"),
-    (["--data", "/nonexistent/bin"], "--data '/nonexistent/bin': not a fairseq-preprocess directory"),
-    (["--reference", "/nonexistent.de"], "--reference '/nonexistent.de': no such file"),
-])
-def test_bad_input_stops_with_one_line_before_any_work(tmp_path, args, message):
-    proc = run_quality(*args, "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out"))
-    assert proc.returncode == 2
-    message = proc.stderr.split("error: ", 1)[1].strip()
-    assert proc.stderr.strip().splitlines() == [f"benchmarks.quality: error: {message}"]
-    assert message in proc.stderr
-    assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
-
-
-def test_quick_end_to_end_writes_json_png_and_markdown(tiny, tmp_path):
-    proc = run_quality("--quick", "--jobs", "1", "--data", str(tiny / "bin"), "--work", str(tmp_path / "work"),
-                       "--out", str(tmp_path / "out"), "--name", "tiny",
-                       "--reference", str(tiny / "raw/test.de"), "--source", str(tiny / "raw/test.en"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    check_quick_report(tiny, tmp_path, proc.stdout)
-    # a rerun reports from the cached runs without training again
-    again = run_quality("--quick", "--jobs", "1", "--data", str(tiny / "bin"), "--work", str(tmp_path / "work"),
-                        "--out", str(tmp_path / "out2"), "--name", "tiny", "--report-only",
-                        "--reference", str(tiny / "raw/test.de"), "--source", str(tiny / "raw/test.en"))
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert json.loads((tmp_path / "out2/tiny.json").read_text())["runs"] == \
-        json.loads((tmp_path / "out/tiny.json").read_text())["runs"]
-
-
-def check_quick_report(tiny: Path, tmp_path: Path, stdout: str) -> None:
+@pytest.mark.slow
+def test_quick_end_to_end_stores_runs_reports_and_a_rerun_trains_nothing(tiny, tmp_path, capsys):
+    common = ["--quick", "--if-seeds", "0", "--data", str(tiny / "bin"), "--work", str(tmp_path / "work"),
+              "--name", "tiny", "--reference", str(tiny / "raw/test.de"), "--source", str(tiny / "raw/test.en")]
+    quality.main(common + ["--out", str(tmp_path / "out")])
     report = json.loads((tmp_path / "out/tiny.json").read_text())
     assert report["partial"] is None and report["test_sentences"] == 40
-    assert [(r["model"], r["seed"]) for r in report["runs"]] == [("lstm", 1), ("hybrid", 1), ("hybrid_if", 1)]
-    settings = report["settings"]
-    assert (settings["updates"], settings["interval"], settings["average"], settings["seeds"]) == (40, 10, 2, [1])
+    assert [(r["model"], r["seed"]) for r in report["runs"]] == [("lstm", 1), ("hybrid", 1)]
     params = {r["model"]: r["parameters"] for r in report["runs"]}
-    assert params["lstm"] == params["hybrid_if"] > params["hybrid"]  # input feeding widens decoder layer 0
+    assert params["lstm"] > params["hybrid"]  # input feeding widens decoder layer 0
     refs = (tiny / "raw/test.de").read_text(encoding="utf-8").splitlines()
+    sources = (tiny / "raw/test.en").read_text(encoding="utf-8").splitlines()
+    groups = report["probe"]["groups"]
+    assert groups == probe_groups([len(s.split()) for s in sources]) and groups
     for run in report["runs"]:
-        assert [p["updates"] for p in run["curve"]] == [10, 20, 30, 40]
-        assert all(p["train_seconds"] >= 0 and p["ppl"] > 1 for p in run["curve"])
-        # the last two interval checkpoints fairseq wrote (none at an update that ends an epoch)
-        saved = {int(m) for m in re.findall(r"Saved checkpoint \S*checkpoint_\d+_(\d+)\.pt", (
-            tmp_path / f"work/tiny/{run['model']}-seed1/train.log").read_text())}
-        assert run["averaged_updates"] == sorted(saved)[-2:] and run["averaged_updates"][-1] == 40
-        hyps = (tmp_path / f"work/tiny/{run['model']}-seed1/hyp.final.txt").read_text(encoding="utf-8").splitlines()
-        assert len(hyps) == 40
-        assert run["scores"]["final"]["bleu"] == round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
-        assert set(run["scores"]["averaged"]["buckets"]) == {"short third", "middle third", "long third", "longest 10%"}
-        assert "tok:13a" in run["scores"]["final"]["bleu_signature"]
-    assert sum(b["sentences"] for k, b in report["buckets"].items() if "third" in k) == 40
-    assert set(report["comparisons"]) == {"hybrid - lstm", "hybrid - hybrid_if"}
-    for comparison in report["comparisons"].values():
-        for kind in ("final", "averaged"):
-            low, high = comparison[kind]["bleu"]["ci95"]
-            assert low <= high
-            assert "bs:1000" in comparison[kind]["sacrebleu_paired_bs_per_seed"]["1"]["bleu"]["signature"]
-    assert report["unigram"]["perplexity"] > 1 and len(report["machine"]["loadavg_end"]) == 3
-    from PIL import Image
-
-    with Image.open(tmp_path / "out/tiny.png") as image:
-        assert image.format == "PNG" and image.size[0] > 800
+        stop = run["stop"]
+        assert stop["stopped_by"] in ("patience", "max_update") and stop["last_updates"] <= 20
+        assert [p["updates"] for p in run["curve"]] == list(range(10, stop["last_updates"] + 1, 10))
+        assert run["speed"]["timed_tokens"] > 0 and run["memory"]["peak_rss_bytes"] > 50 * 2 ** 20
+        # fairseq logs train_wall in whole seconds: 10 tiny updates may round to 0 (no rate then)
+        assert run["speed"]["tokens_per_second"] is None or run["speed"]["tokens_per_second"] > 0
+        assert set(run["lenpen_valid_bleu"]) == {"1.0", "1.4"} and run["best_lenpen"] in (1.0, 1.4)
+        _, hyps = Store(tmp_path / "out/runs/tiny", tmp_path / "work/tiny").load(run["model"], 1)
+        assert len(hyps["test@default"]) == 40 and len(hyps["probe@default"]) == len(groups)
+        assert run["measures"]["BLEU"] == pytest.approx(sacrebleu.corpus_bleu(hyps["test@default"], [refs]).score,
+                                                        abs=0.005)
+        probe_refs = join(refs, groups)
+        assert run["scores"]["probe@default"]["chrf"] == round(
+            sacrebleu.corpus_chrf(hyps["probe@default"], [probe_refs]).score, 2)
+        assert not (tmp_path / f"work/tiny/{run['model']}-seed1/checkpoints").exists()  # removed once stored
+    entry = report["comparisons"]["hybrid - lstm"]["measures"]["BLEU"]
+    assert entry["welch"]["ci95"] is None and entry["verdict"] == "no difference detected"  # one seed each
+    assert entry["bootstrap"]["seeds"] == [1, 1]
     markdown = (tmp_path / "out/tiny.md").read_text(encoding="utf-8")
-    assert "| fairseq lstm (input feeding) |" in markdown
-    assert f"![quality study]({os.path.relpath(tmp_path / 'out/tiny.png', ROOT)})" in markdown
-    assert markdown in stdout
+    assert "![quality study](tiny.png)" in markdown and "made-up probe" in markdown
+    assert (tmp_path / "out/tiny.png").stat().st_size > 10_000
+    # the rerun skips both runs: nothing is trained or generated again
+    logs = {p: p.stat().st_mtime_ns for p in (tmp_path / "work/tiny").rglob("*.log")}
+    capsys.readouterr()
+    quality.main(common + ["--out", str(tmp_path / "out")])
+    assert "plan: lstm-seed1: finished, hybrid-seed1: finished" in capsys.readouterr().out
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "work/tiny").rglob("*.log")} == logs
+    assert json.loads((tmp_path / "out/tiny.json").read_text())["runs"] == report["runs"]
+    # a missing run is reported as partial by --report-only, which trains nothing
+    for path in (tmp_path / "out/runs/tiny").glob("hybrid-seed1.*"):
+        os.remove(path)
+    quality.main(common + ["--out", str(tmp_path / "out"), "--report-only"])
+    partial = json.loads((tmp_path / "out/tiny.json").read_text())
+    assert partial["partial"] == "1 of 2 runs finished" and [r["model"] for r in partial["runs"]] == ["lstm"]

@@ -10,6 +10,7 @@
 # Every setting is an environment variable; recipes/README.md lists them with defaults.
 
 . "$(dirname "${BASH_SOURCE[0]}")/stage.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/wmt_quality.sh"   # the extra stage `quality` (not in all)
 
 WMT_STAGES="prepare clean spm binarize train generate score"
 
@@ -60,12 +61,13 @@ wmt_settings() {
   SAVE_DIR=$DATA_DIR/checkpoints/$ARCH
   GEN_DIR=$DATA_DIR/generate/$ARCH-$CHECKPOINT
   RESULT_JSON=$RESULTS/$ARCH-$CHECKPOINT.json
+  quality_settings
 }
 
 # One line and exit 1 for any bad setting, before any work.
 wmt_validate() {
   local stage=$1 name value
-  case " $WMT_STAGES all " in *" $stage "*) ;;
+  case " $WMT_STAGES quality all " in *" $stage "*) ;;
     *) die "unknown stage '$stage': use one of: $WMT_STAGES all" ;; esac
   require_int RETRIES MAX_WORDS MAX_SUBWORDS SPM_SAMPLE WORKERS MAX_TOKENS MAX_UPDATE \
               SAVE_INTERVAL LOG_INTERVAL SEED AVG_N BEAM GEN_BATCH
@@ -99,6 +101,7 @@ wmt_validate() {
     die "GPUS='$GPUS': use GPU indices like 0,1,2,3 (one process drives them all) or cpu"
   fi
   FIRST_GPU=${GPUS%%,*}
+  [ "$stage" != quality ] || quality_validate
   if [ "$DRY_RUN" != 1 ]; then
     require_tool python
     case "$stage" in binarize|train|generate|all)
@@ -415,6 +418,7 @@ stage_plan() {
       fi ;;
     generate) echo "fairseq-generate --beam $BEAM, $CHECKPOINT checkpoint -> $GEN_DIR" ;;
     score) echo "sacreBLEU (detokenized) and tokenized BLEU with compound splitting -> $(for split in $(test_splits); do result_json "$split"; done | paste -sd' ')" ;;
+    quality) quality_plan ;;
   esac
 }
 
@@ -430,7 +434,7 @@ dry_run() {
       clean|spm|binarize) status=$(plan_status "$DATA_DIR/$([ "$stage" = binarize ] && echo bin || echo "$stage")") ;;
       train) status=$(plan_status "$SAVE_DIR") ;;
       generate) status=$(plan_status "$GEN_DIR") ;;
-      score) status="would run" ;;
+      score|quality) status="would run" ;;
     esac
     printf '%-9s [%s] %s\n' "$stage" "$status" "$(stage_plan "$stage")"
     if [ "$stage" = prepare ]; then   # the files, and which corpus each split comes from
