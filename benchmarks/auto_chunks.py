@@ -72,7 +72,7 @@ def predicted_tokens_per_s(data: str, max_tokens: int) -> Dict[str, Any]:
     stage = measure_batch(model, task, sample, check_plan_options(args, argv=[]), threads=1)
     tokens = int(sample["ntokens"])
     return {"batch_target_tokens": tokens,
-            "by_k": {k: predict(stage, 2, k, "cpu-workers", tokens=tokens).tokens_per_s for k in FIXED}}
+            "by_k": {k: predict(stage, 2, k, "cycle", tokens=tokens).tokens_per_s for k in FIXED}}
 
 
 def run(data: str, rounds: int, updates: int, log_interval: int, max_tokens: int, threads: int = 2,

@@ -13,7 +13,7 @@ the WMT preset on 4) from one device's stage times.
 
 Per-device times are *this machine's* (on a CPU box: one CPU core per device); the same
 command on a GPU box measures GPU stage times. Transfers use ``--bandwidth-gbs`` and
-``--latency-us`` for the ``cuda`` semantics; CPU devices share memory (no transfer cost).
+``--latency-us`` for the ``dataflow`` schedule (GPUs); CPU devices share memory (no transfer cost).
 """
 from __future__ import annotations
 
@@ -118,11 +118,11 @@ def run(
     sentences: Optional[int] = None,
 ) -> Dict[str, Any]:
     """Measure one device's stage times for ``preset``, predict speedups for 1..``devices``
-    devices and ``chunks`` chunk counts under both semantics, and (``validate``) compare
+    devices and ``chunks`` chunk counts under both schedule, and (``validate``) compare
     with the real step on CPU devices (N in 1, 2; K in ``chunks``). Returns a JSON-ready
     dict (see ``format_report``); benchmarks/scaling.py can merge it into its report.
     ``device``: where one device's stage times are measured ("cpu", or "cuda" on a GPU
-    box: then the ``cuda`` rows are GPU predictions; validation needs "cpu")."""
+    box: then the ``dataflow`` rows are GPU predictions; validation needs "cpu")."""
     if validate and torch.device(device).type != "cpu":
         raise ValueError("--validate compares with CPU devices: measure with --device cpu")
     if preset not in PRESETS:
@@ -162,14 +162,14 @@ def run(
             f"(this machine's CPU; {os.cpu_count()} cores)"),
         "torch": torch.__version__,
         "denominator": "predicted step of hybrid_lstm on 1 device, K = 1 (same model, batch)",
-        "link": {"cpu-workers": "shared memory: no transfer cost",
-                 "cuda": {"bandwidth_gbs": bandwidth_gbs, "latency_us": latency_us}},
+        "link": {"cycle": "shared memory: no transfer cost",
+                 "dataflow": {"bandwidth_gbs": bandwidth_gbs, "latency_us": latency_us}},
         "stage_times": stage_summary(stage),
         "predictions": {},
     }
-    for semantics, sem_link in (("cpu-workers", Link()), ("cuda", link)):
-        table = predict_speedups(stage, device_counts, chunks, semantics, sem_link)
-        report["predictions"][semantics] = [
+    for schedule, sem_link in (("cycle", Link()), ("dataflow", link)):
+        table = predict_speedups(stage, device_counts, chunks, schedule, sem_link)
+        report["predictions"][schedule] = [
             {"devices": n, "chunks": k, **{name: round(v, 6) for name, v in parts.items()}}
             for (n, k), parts in table.items()
         ]
@@ -186,8 +186,8 @@ def run(
         after = probe()
         contention = {w: {2: (before[w] + after[w]) / 2} for w in before}
         progress(f"2-worker slowdown before {before}, after {after}")
-        predicted = predict_speedups(stage, [1, 2], chunks, "cpu-workers", Link())
-        contended = predict_speedups(stage, [1, 2], chunks, "cpu-workers", Link(),
+        predicted = predict_speedups(stage, [1, 2], chunks, "cycle", Link())
+        contended = predict_speedups(stage, [1, 2], chunks, "cycle", Link(),
                                      contention["lstm"], contention["head"])
         base = real[(1, 1)]["median_s"]
         base_min = min(real[(1, 1)]["runs_s"])
@@ -224,7 +224,7 @@ def run(
             "what": "real hybrid training step (zero_grad, hybrid_cross_entropy fwd through "
                     "HybridLSTMModel's engine, backward, clip, Adam) on cpu vs cpu,cpu "
                     "(1 torch thread per device), median of repeats, against the "
-                    "cpu-workers prediction; speedups relative to the measured / predicted "
+                    "cycle-schedule prediction; speedups relative to the measured / predicted "
                     "cpu K=1 step; error = (predicted - measured) / measured",
             "repeats": repeats,
             "two_worker_slowdown": {
@@ -267,9 +267,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--sentences", type=int,
                         help="sentences per batch (default: the preset's; lengths stay)")
     parser.add_argument("--bandwidth-gbs", type=float, default=10.0,
-                        help="device link bandwidth for the cuda semantics (GB/s)")
+                        help="device link bandwidth for the cuda schedule (GB/s)")
     parser.add_argument("--latency-us", type=float, default=20.0,
-                        help="per-transfer latency for the cuda semantics (microseconds)")
+                        help="per-transfer latency for the cuda schedule (microseconds)")
     parser.add_argument("--device", default="cpu",
                         help="where to measure one device's stage times: cpu (default) or cuda")
     parser.add_argument("--json", help="write the report here (atomically)")

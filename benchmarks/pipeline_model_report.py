@@ -62,11 +62,11 @@ def format_report(report: Dict[str, Any]) -> str:
     for k, c in s["cells"].items():
         lines.append(f"  K={k}: cells fwd sum {c['forward_sum_s']:.4f}s, bwd sum "
                      f"{c['backward_sum_s']:.4f}s")
-    cuda = report["link"]["cuda"]
-    for semantics, rows in report["predictions"].items():
+    cuda = report["link"]["dataflow"]
+    for schedule, rows in report["predictions"].items():
         label = ("CPU worker threads (barrier per cycle; head shards on the workers), no transfer cost"
-                 if semantics == "cpu-workers" else
-                 f"CUDA semantics (dataflow), link {cuda['bandwidth_gbs']} GB/s + "
+                 if schedule == "cycle" else
+                 f"CUDA schedule (dataflow), link {cuda['bandwidth_gbs']} GB/s + "
                  f"{cuda['latency_us']} us/transfer; per-device times as measured above")
         lines.append(f"predicted speedup, {label}:")
         lines.append(f"  {'N':>2} {'K':>3} {'step s':>9} {'pipe fwd':>9} {'pipe bwd':>9} "

@@ -175,20 +175,20 @@ def check_report(preset: str, repeats: int = 3, threads: int = 1, device: str = 
     started, load = time.perf_counter(), os.getloadavg()
     if device == "cpu":
         profile = measure_profile(spec.model, batch, "cpu", threads, repeats)
-        dtype, semantics = torch.float32, "cpu-workers"
+        dtype, schedule = torch.float32, "cycle"
     else:
         profile = PROFILES[profile_name or profile_for(device)]
-        dtype, semantics = torch.bfloat16, "cuda"
+        dtype, schedule = torch.bfloat16, "dataflow"
     chunks = [1, 2, 4]
     measured = measure_stage_times(spec.model, batch, chunks, [1, 2], repeats, threads,
                                    device=device, dtype=dtype)
     modelled = stage_times_from_profile(spec.model, batch, profile, chunks, [1, 2])
     stages = (("measured", measured), ("modelled", modelled))
-    parts = {name: predict_step(stage, 1, 1, semantics) for name, stage in stages}
+    parts = {name: predict_step(stage, 1, 1, schedule) for name, stage in stages}
     errors = {part: (parts["modelled"][part] - parts["measured"][part]) / parts["measured"][part]
               for part in CHECKED_PARTS if parts["measured"][part] > 0}
-    speedups = {name: {k: predict_step(stage, 1, 1, semantics)["total"]
-                       / predict_step(stage, 2, k, semantics)["total"] for k in chunks}
+    speedups = {name: {k: predict_step(stage, 1, 1, schedule)["total"]
+                       / predict_step(stage, 2, k, schedule)["total"] for k in chunks}
                 for name, stage in stages}
     return {
         "what": f"the FLOP and byte model on {device}: stage times from the {profile.name} "
@@ -228,17 +228,17 @@ def pipeline_model_check(device: str, quick: bool) -> Tuple[str, Dict[str, Any]]
     if device.startswith("cuda"):
         report = pipeline_model.run("wmt", quick=quick, devices=4, chunks=[1, 2, 4, 8, 16],
                                     device=device, sentences=128)
-        semantics, devices = "cuda", 4
+        schedule, devices = "dataflow", 4
     else:
         report = pipeline_model.run("small", quick=True, devices=2, chunks=[1, 2, 4],
                                     repeats=1, sentences=16)
-        semantics, devices = "cpu-workers", 2
-    rows = [r for r in report["predictions"][semantics] if r["devices"] == devices]
+        schedule, devices = "cycle", 2
+    rows = [r for r in report["predictions"][schedule] if r["devices"] == devices]
     best = max(rows, key=lambda r: r["speedup"])
     data = {"stage_times": report["stage_times"], "predictions": rows,
             "measured_on": report["measured_on"], "batch": report["batch"]}
     detail = (f"predicted {best['speedup']:.2f}x on {devices} devices at K={best['chunks']} "
-              f"({semantics} schedule, stage times measured on {device})")
+              f"({schedule} schedule, stage times measured on {device})")
     if device.startswith("cuda"):  # the GPU profile's error on the GPU at hand
         profile_check = check_report("wmt", repeats=1 if quick else 3, device=device, sentences=128)
         print(format_check(profile_check), flush=True)

@@ -32,9 +32,9 @@ def stage_from_costs(layers=4, overhead=0.001, per_step=0.002, layer_factor=None
     return with_fitted_cells(stage)
 
 
-@pytest.mark.parametrize("semantics", ["cpu-workers", "cuda"])
-def test_a_larger_per_chunk_overhead_lowers_the_recommended_k(semantics):
-    chosen = [best_chunks(stage_from_costs(overhead=overhead), 4, semantics).chunks
+@pytest.mark.parametrize("schedule", ["cycle", "dataflow"])
+def test_a_larger_per_chunk_overhead_lowers_the_recommended_k(schedule):
+    chosen = [best_chunks(stage_from_costs(overhead=overhead), 4, schedule).chunks
               for overhead in (0.0, 0.003, 0.03, 0.3)]
     assert chosen == sorted(chosen, reverse=True) and chosen[0] > chosen[-1] == 1, chosen
 
@@ -56,9 +56,9 @@ def test_ring_allreduce_time():
 
 
 def test_balance_moves_layers_off_a_slower_layer():
-    even, is_even = best_balance(stage_from_costs(), 2, "cpu-workers")
+    even, is_even = best_balance(stage_from_costs(), 2, "cycle")
     assert is_even and even.balance == "2,2"
-    skewed, is_even = best_balance(stage_from_costs(layer_factor=[3.0, 1.0, 1.0, 1.0]), 2, "cpu-workers")
+    skewed, is_even = best_balance(stage_from_costs(layer_factor=[3.0, 1.0, 1.0, 1.0]), 2, "cycle")
     assert not is_even and skewed.balance == "1,3"
 
 
@@ -70,7 +70,7 @@ def test_device_knee_is_where_one_more_device_gains_under_5_percent():
     assert device_knee({1: at(1, 1000), 2: at(2, 1800), 3: at(3, 2500)}) == 3
     # and from a stage: the predicted gain of the 4th device over the 3rd is what decides
     stage = stage_from_costs()
-    by = {n: best_chunks(stage, n, "cuda") for n in range(1, 5)}
+    by = {n: best_chunks(stage, n, "dataflow") for n in range(1, 5)}
     knee = device_knee(by)
     gains = [by[n + 1].tokens_per_s / by[n].tokens_per_s - 1 for n in range(1, 4)]
     assert knee == next((n for n, gain in zip(range(1, 4), gains) if gain < 0.05), 4)

@@ -42,18 +42,18 @@ def test_cell_costs_fitted_from_two_chunk_counts_predict_a_third():
         assert predicted.backward[key] == pytest.approx(expected.backward[key])
 
 
-@pytest.mark.parametrize("semantics", ["cpu-workers", "cuda"])
-def test_a_larger_per_chunk_overhead_lowers_k(semantics):
+@pytest.mark.parametrize("schedule", ["cycle", "dataflow"])
+def test_a_larger_per_chunk_overhead_lowers_k(schedule):
     layer_device = (0, 1, 2, 3)
-    chosen = [choose_chunks(uniform_costs(4, overhead, 0.001), 30, 30, layer_device, semantics).chunks
+    chosen = [choose_chunks(uniform_costs(4, overhead, 0.001), 30, 30, layer_device, schedule).chunks
               for overhead in (0.0, 0.002, 0.01, 0.2)]
     assert chosen == sorted(chosen, reverse=True) and chosen[0] > chosen[-1] == 1, chosen
 
 
 def test_a_larger_barrier_cost_per_cycle_lowers_k():
     costs = uniform_costs(2, 0.0005, 0.001)
-    cheap = choose_chunks(costs, 30, 30, (0, 1), "cpu-workers", cycle_overhead=0.0)
-    dear = choose_chunks(costs, 30, 30, (0, 1), "cpu-workers", cycle_overhead=0.05)
+    cheap = choose_chunks(costs, 30, 30, (0, 1), "cycle", cycle_overhead=0.0)
+    dear = choose_chunks(costs, 30, 30, (0, 1), "cycle", cycle_overhead=0.05)
     assert dear.chunks < cheap.chunks
     # every candidate is reported with its prediction, and the choice is the fastest
     assert min(cheap.predicted_s, key=cheap.predicted_s.get) == cheap.chunks
@@ -61,7 +61,7 @@ def test_a_larger_barrier_cost_per_cycle_lowers_k():
 
 
 def test_one_device_never_chunks():
-    choice = choose_chunks(uniform_costs(2, 0.001, 0.001), 30, 30, (0, 0), "cpu-workers")
+    choice = choose_chunks(uniform_costs(2, 0.001, 0.001), 30, 30, (0, 0), "cycle")
     assert choice.chunks == 1
     for devices, chunks, measured in (("cpu", "auto", False), ("cpu", 0, False),
                                       ("cpu,cpu", 0, True), ("cpu,cpu", 3, False)):

@@ -70,9 +70,9 @@ def test_the_head_traffic_is_todays_routes_at_the_link_plus_the_additions_on_dev
     expected = sum(FLAT.link.cost(n) for (_, _, phase), n in routes.items() if phase.startswith("head"))
     expected += 3 * 3 * stage.head_param_bytes / FLAT.memory_bytes_per_s
     assert head_traffic_seconds(stage, (0, 1, 2, 3), 4, FLAT.link) == pytest.approx(expected)
-    parts = predict_step(stage, 4, 2, "cuda", FLAT.link)
+    parts = predict_step(stage, 4, 2, "dataflow", FLAT.link)
     assert parts["head_transfers"] == pytest.approx(expected)
-    assert predict_step(stage, 1, 1, "cuda", FLAT.link)["head_transfers"] == 0.0
+    assert predict_step(stage, 1, 1, "dataflow", FLAT.link)["head_transfers"] == 0.0
 
 
 def test_ddp_is_the_whole_model_per_device_plus_what_of_the_ring_outlasts_backward():
@@ -81,7 +81,7 @@ def test_ddp_is_the_whole_model_per_device_plus_what_of_the_ring_outlasts_backwa
     model = ModelSize(2, 8, 6, 30)
     stage = stage_times_from_profile(model, BatchSize(4, 5, 5), FLAT, [1], [1])
     one = ddp_step(stage, 1, FLAT.link)
-    assert one["total"] == pytest.approx(predict_step(stage, 1, 1, "cuda", Link())["total"])
+    assert one["total"] == pytest.approx(predict_step(stage, 1, 1, "dataflow", Link())["total"])
     # one bucket (a tiny model): it starts when backward has ended, nothing overlaps
     slow = ddp_step(stage, 4, Link(1e3, 0.0))
     assert slow["exposed_allreduce"] == slow["allreduce"] > 0

@@ -114,28 +114,28 @@ def fake_stage(layers=2, chunk_counts=(1, 2), sentences=8, cell=0.01):
     )
 
 
-@pytest.mark.parametrize("semantics", ["cpu-workers", "cuda"])
-def test_speedup_is_one_on_one_device_with_one_chunk(semantics):
+@pytest.mark.parametrize("schedule", ["cycle", "dataflow"])
+def test_speedup_is_one_on_one_device_with_one_chunk(schedule):
     stage = fake_stage()
-    table = predict_speedups(stage, [1, 2], [1, 2], semantics, Link(1e9, 1e-5))
+    table = predict_speedups(stage, [1, 2], [1, 2], schedule, Link(1e9, 1e-5))
     assert table[(1, 1)]["speedup"] == 1.0
-    parts = predict_step(stage, 1, 1, semantics)
+    parts = predict_step(stage, 1, 1, schedule)
     assert parts["total"] == pytest.approx(sum(v for k, v in parts.items() if k != "total"))
     assert parts["pipeline_forward"] == pytest.approx(sum(stage.cells[1].forward.values()))
 
 
 def test_step_parts_follow_the_code_on_cpu_devices():
-    """cpu-workers, N = 2: head shards forward and backward in parallel on the workers
+    """cycle schedule, N = 2: head shards forward and backward in parallel on the workers
     (max, plus a run_all round trip each); cuda: both in parallel, plus transfers when bandwidth > 0."""
     stage = fake_stage()
-    cpu = predict_step(stage, 2, 2, "cpu-workers")
+    cpu = predict_step(stage, 2, 2, "cycle")
     assert cpu["head_forward"] == pytest.approx(0.004 + 2e-5)
     assert cpu["head_backward"] == pytest.approx(0.008 + 2e-5)
     assert cpu["head_transfers"] == 0
-    gpu = predict_step(stage, 2, 2, "cuda", Link(1e9, 1e-5))
+    gpu = predict_step(stage, 2, 2, "dataflow", Link(1e9, 1e-5))
     assert gpu["head_backward"] == pytest.approx(0.008)
     assert gpu["head_transfers"] > 0
-    assert predict_step(stage, 2, 2, "cuda", Link())["head_transfers"] == 0
+    assert predict_step(stage, 2, 2, "dataflow", Link())["head_transfers"] == 0
     # uniform cells, 2 layers on 2 devices, K = 2 per side: 2K + L - 1 = 5 cycles of 0.005
     assert cpu["pipeline_forward"] == pytest.approx(5 * 0.005 + 5 * 2e-5)
     assert gpu["pipeline_forward"] > 5 * 0.005  # plus the transfers between the devices
@@ -164,10 +164,10 @@ def test_measurement_gives_positive_times_for_every_cell_of_a_tiny_model():
 def test_optimizer_step_splits_by_parameter_share_only_on_gpus():
     stage = fake_stage()
     stage.param_bytes_master, stage.param_bytes_layer = 600, (200, 200)
-    assert predict_step(stage, 2, 1, "cpu-workers")["rest"] == pytest.approx(0.003)
+    assert predict_step(stage, 2, 1, "cycle")["rest"] == pytest.approx(0.003)
     # device 0: master 600 + layer 0 200 = 800 of 1000
-    assert predict_step(stage, 2, 1, "cuda")["rest"] == pytest.approx(0.003 * 0.8)
-    assert predict_step(stage, 1, 1, "cuda")["rest"] == pytest.approx(0.003)
+    assert predict_step(stage, 2, 1, "dataflow")["rest"] == pytest.approx(0.003 * 0.8)
+    assert predict_step(stage, 1, 1, "dataflow")["rest"] == pytest.approx(0.003)
 
 
 def test_contention_slows_cycles_with_several_busy_devices_only():
@@ -177,8 +177,8 @@ def test_contention_slows_cycles_with_several_busy_devices_only():
     assert simulate_pipeline(times, (0, 1), 2, 0, "forward", "cycle",
                              slowdown={2: 1.5}) == pytest.approx(3.5)
     stage = fake_stage()
-    plain = predict_step(stage, 2, 2, "cpu-workers")
-    slowed = predict_step(stage, 2, 2, "cpu-workers", slowdown={2: 2.0})
+    plain = predict_step(stage, 2, 2, "cycle")
+    slowed = predict_step(stage, 2, 2, "cycle", slowdown={2: 2.0})
     assert slowed["head_forward"] == pytest.approx(2 * 0.004 + 2e-5)
     assert slowed["head_backward"] == pytest.approx(2 * 0.008 + 2e-5)  # shards on the workers
     assert slowed["total"] > plain["total"]
@@ -186,9 +186,9 @@ def test_contention_slows_cycles_with_several_busy_devices_only():
 
 def test_head_contention_can_differ_from_the_cells():
     stage = fake_stage()
-    slowed = predict_step(stage, 2, 2, "cpu-workers", slowdown={2: 1.0}, head_slowdown={2: 1.5})
+    slowed = predict_step(stage, 2, 2, "cycle", slowdown={2: 1.0}, head_slowdown={2: 1.5})
     assert slowed["head_forward"] == pytest.approx(1.5 * 0.004 + 2e-5)
-    assert slowed["pipeline_forward"] == predict_step(stage, 2, 2, "cpu-workers")["pipeline_forward"]
+    assert slowed["pipeline_forward"] == predict_step(stage, 2, 2, "cycle")["pipeline_forward"]
 
 
 @pytest.mark.parametrize("workload", ["lstm", "head"])

@@ -11,12 +11,12 @@ the same rule the pipeline runs. ``benchmarks/pipeline_model.py`` validates the 
 against real training steps and reports it.
 """
 from .measure import device_clock, measure_concurrency, measure_model_stage_times
-from .simulate import SEMANTICS, predict_speedups, predict_step, simulate_pipeline
+from .simulate import SCHEDULES, predict_speedups, predict_step, simulate_pipeline
 from .sizes import PRESETS, BatchSize, Link, ModelSize, Preset, layer_map
 from .stage_times import CellTimes, StageTimes
 
 __all__ = [
-    "PRESETS", "SEMANTICS", "BatchSize", "CellTimes", "Link", "ModelSize", "Preset",
+    "PRESETS", "SCHEDULES", "BatchSize", "CellTimes", "Link", "ModelSize", "Preset",
     "StageTimes", "device_clock", "layer_map", "measure_concurrency",
     "measure_model_stage_times", "predict_speedups", "predict_step", "simulate_pipeline",
 ]

@@ -34,10 +34,10 @@ def probe_chunks(source_len: int, target_len: int) -> Tuple[int, ...]:
     return (1, largest) if largest > 1 else (1,)
 
 
-def semantics_of(plan: PlacementPlan) -> str:
+def schedule_of(plan: PlacementPlan) -> str:
     """The simulator's schedule for these devices: dataflow on GPUs, a barrier per clock
     cycle on CPU devices."""
-    return "cuda" if any(d.type == "cuda" for d in plan.devices) else "cpu-workers"
+    return "cuda" if any(d.type == "cuda" for d in plan.devices) else "cycle"
 
 
 def run_all_overhead(workers: DeviceWorkers, repeats: int = 50, warm_up: int = 5) -> float:
@@ -112,7 +112,7 @@ def choose_for_batch(
                                prev_output_tokens, probes)
     costs = fit_cell_costs(cells, source_len, target_len)
     overhead = run_all_overhead(workers)
-    choice = choose_chunks(costs, source_len, target_len, plan.layer_device, semantics_of(plan),
+    choice = choose_chunks(costs, source_len, target_len, plan.layer_device, schedule_of(plan),
                            overhead)
     choice.measured_s = time.perf_counter() - started
     choice.probes = probes

@@ -46,7 +46,7 @@ class ChunkChoice:
     chunks: int
     predicted_s: Dict[int, float]
     costs: Dict[CostKey, LinearCost] = field(default_factory=dict)
-    semantics: str = "cpu-workers"
+    schedule: str = "cycle"
     measured_s: float = 0.0
     probes: Tuple[int, ...] = ()
     sentences: int = 0  # of the measured batch (a time step of a chunk is this many tokens)
@@ -64,7 +64,7 @@ class ChunkChoice:
         best = self.predicted_s[self.chunks]
         lines = [f"pipeline chunks: {self.chunks}, chosen by the performance model from "
                  f"{self.measured_s:.2f} s of measurement (K = {', '.join(map(str, self.probes))}; "
-                 f"{self.semantics} schedule)",
+                 f"{self.schedule} schedule)",
                  ]
         if self.costs:
             (fo, ft), (bo, bt) = self.fitted("forward"), self.fitted("backward")
@@ -135,7 +135,7 @@ def cell_times_for(
 
 
 def pipeline_seconds(
-    cells: CellTimes, layer_device: Sequence[int], semantics: str = "cpu-workers",
+    cells: CellTimes, layer_device: Sequence[int], schedule: str = "cycle",
     cycle_overhead: float = 0.0, link: Link = Link(),
     slowdown: Optional[Mapping[int, float]] = None,
 ) -> float:
@@ -143,7 +143,7 @@ def pipeline_seconds(
     runs it: on one CPU device K = 1 is the plain model, one autograd thread backward)."""
     devices = len(set(layer_device))
     common = dict(output_bytes=cells.output_bytes, state_bytes=cells.state_bytes, link=link)
-    if semantics == "cuda":
+    if schedule == "dataflow":
         return sum(simulate_pipeline(table, layer_device, cells.source_chunks, cells.target_chunks,
                                      direction, "dataflow", **common)
                    for table, direction in ((cells.forward, "forward"), (cells.backward, "backward")))
@@ -168,7 +168,7 @@ def candidate_chunks(source_len: int, target_len: int,
 
 def choose_chunks(
     costs: Mapping[CostKey, LinearCost], source_len: int, target_len: int,
-    layer_device: Sequence[int], semantics: str = "cpu-workers", cycle_overhead: float = 0.0,
+    layer_device: Sequence[int], schedule: str = "cycle", cycle_overhead: float = 0.0,
     candidates: Optional[Sequence[int]] = None, link: Link = Link(),
     slowdown: Optional[Mapping[int, float]] = None, tolerance: float = TIE_TOLERANCE,
 ) -> ChunkChoice:
@@ -178,7 +178,7 @@ def choose_chunks(
     predicted = {}
     for k in candidates or candidate_chunks(source_len, target_len):
         cells = cell_times_for(costs, k, source_len, target_len, layers)
-        predicted[k] = pipeline_seconds(cells, layer_device, semantics, cycle_overhead, link, slowdown)
+        predicted[k] = pipeline_seconds(cells, layer_device, schedule, cycle_overhead, link, slowdown)
     best = min(predicted.values())
     chosen = min(k for k, seconds in predicted.items() if seconds <= best * (1 + tolerance))
-    return ChunkChoice(chosen, predicted, dict(costs), semantics)
+    return ChunkChoice(chosen, predicted, dict(costs), schedule)

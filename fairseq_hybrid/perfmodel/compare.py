@@ -56,7 +56,7 @@ def profile_stages(profile: DeviceProfile, model: ModelSize) -> StageFor:
 def ddp_step(stage: StageTimes, devices: int, link: Link) -> Dict[str, float]:
     """One DDP step on ``devices`` devices, each running ``stage`` (the whole model on its
     batch): compute, the all-reduce, what of it outlasts backward, total."""
-    parts = predict_step(stage, 1, 1, "cuda", Link())
+    parts = predict_step(stage, 1, 1, "dataflow", Link())
     backward = parts["pipeline_backward"] + parts["head_backward"] + parts["embeddings_backward"]
     grads = stage.param_bytes_master + sum(stage.param_bytes_layer)
     ring = allreduce_seconds(grads, devices, link)
@@ -73,12 +73,12 @@ def compare(stage_for: StageFor, layers: int, batch: BatchSize, device_counts: S
     counts = sorted(set(device_counts) | {1})
     chunks = sorted(set(chunk_counts) | {1})
     stage = stage_for(batch, chunks, counts)
-    base = predict_step(stage, 1, 1, "cuda", link)["total"]
+    base = predict_step(stage, 1, 1, "dataflow", link)["total"]
     rows: Dict[str, List[SchemePrediction]] = {"hybrid": [], "ddp_same_batch": [], "ddp_n_batch": []}
     whole = ddp_step(stage_for(batch, [1], [1]), 1, link)["compute"]
     for n in counts:
         if n <= layers:
-            steps = {k: predict_step(stage, n, k, "cuda", link)["total"] for k in chunks}
+            steps = {k: predict_step(stage, n, k, "dataflow", link)["total"] for k in chunks}
             k = min(steps, key=steps.get)
             rows["hybrid"].append(SchemePrediction(n, steps[k], batch.sentences, base / steps[k], k))
         share = BatchSize(math.ceil(batch.sentences / n), batch.source_len, batch.target_len)

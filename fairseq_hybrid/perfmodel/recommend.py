@@ -80,19 +80,19 @@ class Prediction:
         return sum(v for k, v in self.parts.items() if k.endswith("_backward"))
 
 
-def predict(stage: StageTimes, devices: int, chunks: int, semantics: str, link: Link = Link(),
+def predict(stage: StageTimes, devices: int, chunks: int, schedule: str, link: Link = Link(),
             balance: Optional[str] = None, tokens: Optional[int] = None) -> Prediction:
-    parts = predict_step(stage, devices, chunks, semantics, link, balance)
+    parts = predict_step(stage, devices, chunks, schedule, link, balance)
     return Prediction(devices, chunks, balance, parts,
                       tokens if tokens is not None else stage.batch.target_tokens)
 
 
-def best_chunks(stage: StageTimes, devices: int, semantics: str, link: Link = Link(),
+def best_chunks(stage: StageTimes, devices: int, schedule: str, link: Link = Link(),
                 balance: Optional[str] = None, tokens: Optional[int] = None) -> Prediction:
     """The fastest K among the stage's cell tables (the fewest within ``TIE_TOLERANCE``);
     one device never chunks."""
     options = [1] if devices == 1 else sorted(stage.cells)
-    predictions = [predict(stage, devices, k, semantics, link, balance, tokens) for k in options]
+    predictions = [predict(stage, devices, k, schedule, link, balance, tokens) for k in options]
     fastest = min(p.step_s for p in predictions)
     return min((p for p in predictions if p.step_s <= fastest * (1 + TIE_TOLERANCE)),
                key=lambda p: p.chunks)
@@ -108,11 +108,11 @@ def balances(layers: int, devices: int) -> List[str]:
     return [",".join(map(str, split)) for split in splits]
 
 
-def best_balance(stage: StageTimes, devices: int, semantics: str, link: Link = Link(),
+def best_balance(stage: StageTimes, devices: int, schedule: str, link: Link = Link(),
                  tokens: Optional[int] = None) -> Tuple[Prediction, bool]:
     """The fastest layers-per-device split (each with its best K), and whether it is the
     even default (kept unless another is faster by more than ``TIE_TOLERANCE``)."""
-    options = [best_chunks(stage, devices, semantics, link, split, tokens)
+    options = [best_chunks(stage, devices, schedule, link, split, tokens)
                for split in balances(stage.model.layers, devices)]
     even = options[0]
     fastest = min(options, key=lambda p: p.step_s)

@@ -1,16 +1,16 @@
 """The simulator of the schedule the code issues, from one device's stage times: forward
 cells in ``clock_cycles`` order over the layer -> device map of ``placement.build_plan``,
-under two synchronisation semantics (``cpu-workers``: a barrier per clock cycle;
-``cuda``: dataflow, each device running its cells in issue order as their inputs arrive),
+under two schedules (``cycle``: a barrier per clock cycle, CPU devices;
+``dataflow``: GPUs, each device running its cells in issue order as their inputs arrive),
 and the step and speedup predictions built on it.
 
-- ``cpu-workers`` (what ``parallel/pipeline.py``/``worker.py`` do on CPU devices): every clock
+- ``cycle`` (what ``parallel/pipeline.py``/``worker.py`` do on CPU devices): every clock
   cycle is a *barrier* (``run_all`` waits for all of the cycle's tasks); a device's cells in
   one cycle run one after another on its single worker. Backward: with N > 1 the same
   barrier per cycle in reverse clock order (``backward_cells``); with N = 1 one autograd
   thread runs all of it serially. The head's shards run forward and backward on the
   workers in parallel (``parallel/head_shards.py``).
-- ``cuda`` (what the same code does on GPUs): the host's per-cycle barrier only waits for
+- ``dataflow`` (what the same code does on GPUs): the host's per-cycle barrier only waits for
   kernel *launches*, so execution is *dataflow*: each device runs its cells in issue order,
   a cell starting when its inputs (plus a transfer, if they come from another device) are
   ready; backward likewise, and the head's shards run forward and backward in parallel.
@@ -34,7 +34,7 @@ from .sizes import Link, layer_map
 from .stage_times import StageTimes
 from .traffic import StepShapes, today
 
-SEMANTICS = ("cpu-workers", "cuda")
+SCHEDULES = ("cycle", "dataflow")  # CPU devices: a barrier per clock cycle; GPUs: dataflow
 
 
 def _dependencies(
@@ -148,7 +148,7 @@ def simulate_pipeline(
 
 
 def predict_step(
-    stage: StageTimes, devices: int, chunks: int, semantics: str = "cpu-workers",
+    stage: StageTimes, devices: int, chunks: int, schedule: str = "cycle",
     link: Link = Link(), balance: Optional[str] = None,
     slowdown: Optional[Mapping[int, float]] = None,
     head_slowdown: Optional[Mapping[int, float]] = None,
@@ -156,9 +156,9 @@ def predict_step(
     """Predicted seconds of one training step on ``devices`` devices with ``chunks`` time
     chunks, by part (``total`` is their sum). ``slowdown``: see ``simulate_pipeline``;
     ``head_slowdown``: the same for the head shards' concurrent forward (default:
-    ``slowdown``); cpu-workers only; None = devices that do not slow each other down."""
-    if semantics not in SEMANTICS:
-        raise ValueError(f"semantics {semantics!r}: one of {SEMANTICS}")
+    ``slowdown``); cycle only; None = devices that do not slow each other down."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule {schedule!r}: one of {SCHEDULES}")
     cells = stage.cells[chunks]
     mapping = layer_map(devices, stage.model.layers, balance)
     plain = devices == 1 and chunks == 1
@@ -166,7 +166,7 @@ def predict_step(
     common = dict(output_bytes=cells.output_bytes, state_bytes=cells.state_bytes if bridge else 0,
                   link=link)
     run_all = stage.cycle_overhead.get(devices, 0.0)
-    if semantics == "cpu-workers":
+    if schedule == "cycle":
         forward = simulate_pipeline(
             cells.forward, mapping, cells.source_chunks, cells.target_chunks, "forward",
             "serial" if plain else "cycle", cycle_overhead=0.0 if plain else run_all,
@@ -187,7 +187,7 @@ def predict_step(
     times = [stage.head_times(s) for s in shards if s > 0]
     head_forward = max(f for f, _ in times)
     head_backward = max(b for _, b in times)
-    if semantics == "cpu-workers" and devices > 1:
+    if schedule == "cycle" and devices > 1:
         # fairseq_hybrid.parallel.head_shards: forward and backward of each shard on its worker,
         # one run_all round trip each
         shared = head_slowdown if head_slowdown is not None else slowdown
@@ -195,11 +195,11 @@ def predict_step(
         head_forward = head_forward * factor + run_all
         head_backward = head_backward * factor + run_all
     head_comm = 0.0
-    if semantics == "cuda" and devices > 1:
+    if schedule == "dataflow" and devices > 1:
         head_comm = head_traffic_seconds(stage, mapping, devices, link)
     # the optimizer step: one thread for CPU devices; on GPUs each device updates its own
     # parameters concurrently (kernels launched asynchronously), so the busiest one counts
-    rest = stage.rest if semantics == "cpu-workers" else stage.rest * stage.rest_share(mapping)
+    rest = stage.rest if schedule == "cycle" else stage.rest * stage.rest_share(mapping)
     parts = {
         "embeddings_forward": stage.embed_forward,
         "embeddings_backward": stage.embed_backward,
@@ -239,16 +239,16 @@ def head_traffic_seconds(stage: StageTimes, layer_device: Sequence[int], devices
 
 def predict_speedups(
     stage: StageTimes, device_counts: Sequence[int], chunk_counts: Sequence[int],
-    semantics: str = "cpu-workers", link: Link = Link(),
+    schedule: str = "cycle", link: Link = Link(),
     slowdown: Optional[Mapping[int, float]] = None,
     head_slowdown: Optional[Mapping[int, float]] = None,
 ) -> Dict[Tuple[int, int], Dict[str, float]]:
     """speedup(N, K) = step(1 device, K = 1) / step(N, K), with each step's parts."""
-    base = predict_step(stage, 1, 1, semantics, link)["total"]
+    base = predict_step(stage, 1, 1, schedule, link)["total"]
     out = {}
     for n in device_counts:
         for k in chunk_counts:
-            parts = predict_step(stage, n, k, semantics, link, slowdown=slowdown,
+            parts = predict_step(stage, n, k, schedule, link, slowdown=slowdown,
                                  head_slowdown=head_slowdown)
             out[(n, k)] = {**parts, "speedup": base / parts["total"]}
     return out

@@ -56,7 +56,7 @@ def recommendation_rows(
                  "tokens_per_s": by_devices[device_knee].tokens_per_s, "error": "-",
                  "why": f"beyond it the predicted gain is under {GAIN_THRESHOLD:.0%}: {gain}"
                         + (" (CPU devices: independent cores assumed)"
-                           if report["semantics"] == "cpu-workers" else "")})
+                           if report["schedule"] == "cycle" else "")})
     at_limit = replicas.replicas >= REPLICA_LIMIT
     rows.append({"setting": "data-parallel replicas (machines)",
                  "value": f"{replicas.replicas}+" if at_limit else str(replicas.replicas),
@@ -123,7 +123,7 @@ def format_report(report: Dict[str, Any]) -> str:
     rows = report["recommendations"]
     width = max(len(row["setting"]) for row in rows)
     value_width = max(len(row["value"]) for row in rows)
-    lines = [f"fairseq_hybrid advisor: {report['devices']} ({report['semantics']} schedule, "
+    lines = [f"fairseq_hybrid advisor: {report['devices']} ({report['schedule']} schedule, "
              f"measured on {report['measured_on']}), --max-tokens {report['given_max_tokens']}, "
              f"{report['elapsed_s']:.0f} s, load average {report['load_average'][0]:.1f} on "
              f"{report['cores']} cores" + (" (a busy machine: timings are noisy)"

@@ -147,7 +147,7 @@ def time_real_steps(model: Any, criterion: Any, sample: dict, devices: str, chun
 
 
 def compare_with_ddp(model: Any, task: Any, dataset: Any, args: argparse.Namespace,
-                     plan: PlacementPlan, threads: int, link: Link, semantics: str, given: int,
+                     plan: PlacementPlan, threads: int, link: Link, schedule: str, given: int,
                      given_tokens: int, hybrid: Prediction) -> Dict[str, Any]:
     """fairseq's data parallelism of the same model over the same devices at the same
     global batch (each process 1/N of --max-tokens, measured at that batch) against the
@@ -165,15 +165,15 @@ def compare_with_ddp(model: Any, task: Any, dataset: Any, args: argparse.Namespa
             "hybrid_predicted_tokens_per_s": round(hybrid.tokens_per_s, 1),
             "hybrid_tokens_per_step": given_tokens, "faster": winner,
             "note": "CPU devices: the all-reduce is free in the model (shared memory)"
-                    if semantics == "cpu-workers" else f"link {link.bandwidth_bytes_per_s / 1e9:g} GB/s"}
+                    if schedule == "cycle" else f"link {link.bandwidth_bytes_per_s / 1e9:g} GB/s"}
 
 
 def advise(args: argparse.Namespace, progress=lambda message: None) -> Dict[str, Any]:
     started = time.perf_counter()
     plan = check_plan_options(args, argv=[])
     devices = args.hybrid_devices or str(plan.devices[0])
-    semantics = "cuda" if any(d.type == "cuda" for d in plan.devices) else "cpu-workers"
-    link = GPU_LINK if semantics == "cuda" else Link()
+    schedule = "dataflow" if any(d.type == "cuda" for d in plan.devices) else "cycle"
+    link = GPU_LINK if schedule == "dataflow" else Link()
     threads = cpu_threads_per_worker(sum(1 for d in plan.devices if d.type == "cpu"))
     task, model, criterion = load_task_and_model(args)
     dataset = task.dataset(args.train_subset)
@@ -193,22 +193,22 @@ def advise(args: argparse.Namespace, progress=lambda message: None) -> Dict[str,
     def tokens_of(max_tokens: int) -> int:
         return int(samples[max_tokens]["ntokens"])
 
-    at_given = {m: best_balance(stages[m], n, semantics, link, tokens_of(m))[0] for m in sweep}
+    at_given = {m: best_balance(stages[m], n, schedule, link, tokens_of(m))[0] for m in sweep}
     throughput = {m: p.tokens_per_s for m, p in at_given.items()}
     knee = batch_knee(throughput)
     stage = stages[given]
-    balanced, is_even = best_balance(stage, n, semantics, link, tokens_of(given))
+    balanced, is_even = best_balance(stage, n, schedule, link, tokens_of(given))
     capacity = 0
     if plan.devices[0].type == "cuda":
         capacity = torch.cuda.get_device_properties(plan.devices[0]).total_memory
     fits = memory_limit({m: s.peak_bytes for m, s in stages.items()}, capacity)
-    by_devices = {count: best_chunks(stage, count, semantics, link, tokens=tokens_of(given))
+    by_devices = {count: best_chunks(stage, count, schedule, link, tokens=tokens_of(given))
                   for count in range(1, model.encoder.num_layers + 1)}
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
     replicas = replica_knee(balanced, grad_bytes, args.link_gbps, args.link_latency_us * 1e-6,
                             limit=REPLICA_LIMIT)
 
-    versus_ddp = compare_with_ddp(model, task, dataset, args, plan, threads, link, semantics,
+    versus_ddp = compare_with_ddp(model, task, dataset, args, plan, threads, link, schedule,
                                   given, tokens_of(given), balanced) if n > 1 else None
     progress(f"timing {CHECK_STEPS} real steps of the recommendation on {devices}")
     measured_step = time_real_steps(model, criterion, samples[given], devices, balanced.chunks,
@@ -216,7 +216,7 @@ def advise(args: argparse.Namespace, progress=lambda message: None) -> Dict[str,
     report: Dict[str, Any] = {
         "what": "python -m fairseq_hybrid.tools.advise: recommendations of the performance model "
                 "from stage times measured on this machine",
-        "devices": devices, "semantics": semantics, "measured_on": str(plan.devices[0]),
+        "devices": devices, "schedule": schedule, "measured_on": str(plan.devices[0]),
         "threads_per_cpu_device": threads, "torch": torch.__version__,
         "given_max_tokens": given, "link_gbps": args.link_gbps,
         "link_latency_us": args.link_latency_us, "gradient_bytes": grad_bytes,
