@@ -22,7 +22,7 @@ from .encoder import EncoderOut, attention_in_source_order
 from .dropout import apply_mask
 from .head import AttentionHead
 from .initialized_layers import linear
-from .lstm_stack import LSTMStack, State, layer_device, run_layer, to_device
+from .lstm_stack import LSTMStack, State, device_of, run_layer, to_device
 
 IncrementalState = Dict[str, Dict[str, Optional[Tensor]]]
 
@@ -210,7 +210,7 @@ class HybridLSTMDecoder(FairseqIncrementalDecoder):
             layer_input = torch.cat([x[step], input_feed.to(x.device)], dim=1).unsqueeze(0)
             masks = self.stack.draw_masks(1, layer_input.size(1), layer_input)
             for index, layer in enumerate(self.stack.layers):
-                device = layer_device(layer)
+                device = device_of(layer)
                 layer_input, states[index] = run_layer(
                     layer,
                     apply_mask(layer_input.to(device), masks[index]),

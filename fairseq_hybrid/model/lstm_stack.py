@@ -21,7 +21,7 @@ from .initialized_layers import lstm_layer
 State = Tuple[Tensor, Tensor]  # (h, c), each batch x hidden
 
 
-def layer_device(module: nn.Module) -> torch.device:
+def device_of(module: nn.Module) -> torch.device:
     return next(module.parameters()).device
 
 
@@ -108,7 +108,7 @@ class LSTMStack(nn.Module):
         for layer in list(self.layers)[1:]:
             masks.append(dropout_mask(
                 self.dropout_between, (seq_len, batch_size, layer.input_size), like,
-                layer_device(layer),
+                device_of(layer),
             ))
         return masks
 
@@ -123,7 +123,7 @@ class LSTMStack(nn.Module):
             masks = self.draw_masks(x.size(0), x.size(1), x)
         finals: List[State] = []
         for index, layer in enumerate(self.layers):
-            device = layer_device(layer)
+            device = device_of(layer)
             x, state = run_layer(
                 layer,
                 apply_mask(x.to(device), masks[index]),

@@ -24,7 +24,7 @@ from ..model.encoder import EncoderOut
 from .interface import HybridModel
 from .head_shards import HeadReplicas, ShardInputs, plan_shards, sharded_head_loss
 from ..model.loss import HeadLoss, TokenLoss
-from .pipeline import DECODER, ENCODER, WavefrontPipeline
+from .pipeline import WavefrontPipeline, pipeline_inputs
 from .placement import PlacementPlan
 from .transfer import TransferLedger, Transfers
 from .worker import DeviceWorkers
@@ -75,11 +75,8 @@ class HybridEngine:
             src_tokens, prev_output_tokens,
             top_device=self.plan.device_of_layer(self.model.encoder.num_layers - 1),
         )
-        masks = {ENCODER: draws.encoder.masks}
-        target = None
-        if draws.decoder is not None:
-            target, masks[DECODER] = draws.decoder.target, draws.decoder.masks
-        out = self.pipeline.run(draws.encoder.source, src_lengths, target, masks)
+        source, target, masks = pipeline_inputs(draws)
+        out = self.pipeline.run(source, src_lengths, target, masks)
         if draws.decoder is None:
             # HybridNMT-IF: H_c of step t-1 feeds step t, so the decoder cannot be chunked
             # in time: it runs step by step across its layers' devices (the model's own

@@ -29,6 +29,7 @@ from torch import Tensor
 
 from ..model.dropout import apply_mask
 from ..model.lstm_stack import LSTMStack, State, run_layer
+from ..model.network import StepDraws
 from .interface import HybridModel
 from .placement import PlacementPlan
 from .split import Span, even_sizes, spans
@@ -119,6 +120,17 @@ class CellRecord:
 
 
 Masks = Dict[str, List[Optional[Tensor]]]  # side -> per-layer dropout mask (or None)
+
+
+def pipeline_inputs(draws: StepDraws) -> Tuple[Tensor, Optional[Tensor], Masks]:
+    """A step's draws as the pipeline takes them: the embedded source, the embedded
+    decoder input (None with input feeding: the encoder runs alone) and each side's
+    between-layer masks."""
+    masks: Masks = {ENCODER: draws.encoder.masks}
+    target = None
+    if draws.decoder is not None:
+        target, masks[DECODER] = draws.decoder.target, draws.decoder.masks
+    return draws.encoder.source, target, masks
 
 
 class WavefrontPipeline:

@@ -17,9 +17,10 @@ from typing import Any, Dict, List, Sequence, Tuple
 import torch
 
 from .cell_timing import TimingWorkers, time_cells
-from .chunk_choice import CANDIDATES, ChunkChoice, choose_chunks, fit_cell_costs
+from .chunk_choice import ChunkChoice, candidate_chunks, choose_chunks, fit_cell_costs
 from .stage_times import CellTimes
 from ..parallel.interface import HybridModel
+from ..parallel.pipeline import pipeline_inputs
 from ..parallel.placement import PlacementPlan
 from ..parallel.worker import DeviceWorkers
 
@@ -29,8 +30,7 @@ ROUNDS = 2  # timed rounds per probe K, after one warm-up round
 def probe_chunks(source_len: int, target_len: int) -> Tuple[int, ...]:
     """The chunk counts timed: 1 (the longest cells) and the largest candidate the batch
     allows (the shortest): the two ends of the line each cell's cost is fitted to."""
-    longest = max(source_len, target_len)
-    largest = max([k for k in CANDIDATES if k <= longest] or [1])
+    largest = candidate_chunks(source_len, target_len)[-1]
     return (1, largest) if largest > 1 else (1,)
 
 
@@ -71,16 +71,13 @@ def measure_cell_times(
         with torch.random.fork_rng(devices=cuda), torch.enable_grad():
             top = plan.device_of_layer(model.encoder.num_layers - 1)
             draws = model.draw_step(src_tokens, prev_output_tokens, top_device=top)
-            masks = {"encoder": draws.encoder.masks}
-            target = None
-            if draws.decoder is not None:
-                target, masks["decoder"] = draws.decoder.target, draws.decoder.masks
+            source, target, masks = pipeline_inputs(draws)
             for round_index in range(rounds + 1):
                 for chunks in probes:
                     for p in params:
                         p.grad = None
                     timing = time_cells(model, replace(plan, chunks=chunks), timer,
-                                        draws.encoder.source, src_lengths, target, masks)
+                                        source, src_lengths, target, masks)
                     if round_index > 0:
                         samples[chunks].append(timing)
     finally:

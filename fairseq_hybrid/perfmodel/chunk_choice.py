@@ -13,9 +13,9 @@ head and the optimizer step do not, so candidates are compared by the pipeline's
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
-from .simulate import simulate_pipeline
+from .simulate import pipeline_makespans
 from ..parallel.pipeline import Key, chunk_bounds
 from .sizes import Link
 from .stage_times import CellTimes
@@ -141,22 +141,19 @@ def pipeline_seconds(
 ) -> float:
     """Predicted forward + backward seconds of the pipeline (as ``simulate.predict_step``
     runs it: on one CPU device K = 1 is the plain model, one autograd thread backward)."""
-    devices = len(set(layer_device))
-    common = dict(output_bytes=cells.output_bytes, state_bytes=cells.state_bytes, link=link)
-    if schedule == "dataflow":
-        return sum(simulate_pipeline(table, layer_device, cells.source_chunks, cells.target_chunks,
-                                     direction, "dataflow", **common)
-                   for table, direction in ((cells.forward, "forward"), (cells.backward, "backward")))
-    plain = devices == 1 and cells.chunks == 1
-    forward = simulate_pipeline(
-        cells.forward, layer_device, cells.source_chunks, cells.target_chunks, "forward",
-        "serial" if plain else "cycle", cycle_overhead=0.0 if plain else cycle_overhead,
-        slowdown=slowdown, **common)
-    backward = simulate_pipeline(
-        cells.backward, layer_device, cells.source_chunks, cells.target_chunks, "backward",
-        "serial" if devices == 1 else "cycle",
-        cycle_overhead=0.0 if devices == 1 else cycle_overhead, slowdown=slowdown, **common)
-    return forward + backward
+    return sum(pipeline_makespans(cells, layer_device, schedule, cycle_overhead, link, slowdown))
+
+
+T = TypeVar("T")
+
+
+def simplest_within(options: Sequence[T], seconds: Callable[[T], float],
+                    tolerance: float = TIE_TOLERANCE) -> T:
+    """The first of ``options`` (ordered simplest first: fewer chunks, the even balance)
+    whose predicted seconds are within ``tolerance`` of the fastest: predictions this close
+    count as equal, and the simpler setting wins. The one tie rule of the model's choices."""
+    best = min(seconds(option) for option in options)
+    return next(option for option in options if seconds(option) <= best * (1 + tolerance))
 
 
 def candidate_chunks(source_len: int, target_len: int,
@@ -179,6 +176,5 @@ def choose_chunks(
     for k in candidates or candidate_chunks(source_len, target_len):
         cells = cell_times_for(costs, k, source_len, target_len, layers)
         predicted[k] = pipeline_seconds(cells, layer_device, schedule, cycle_overhead, link, slowdown)
-    best = min(predicted.values())
-    chosen = min(k for k, seconds in predicted.items() if seconds <= best * (1 + tolerance))
+    chosen = simplest_within(sorted(predicted), predicted.__getitem__, tolerance)
     return ChunkChoice(chosen, predicted, dict(costs), schedule)

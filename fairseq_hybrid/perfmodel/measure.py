@@ -19,7 +19,7 @@ from ..model.loss import TokenLoss
 from ..model.lstm_stack import run_layer
 from ..parallel.head_shards import ShardLoss
 from ..parallel.interface import HybridModel
-from ..parallel.pipeline import DECODER, ENCODER, Key
+from ..parallel.pipeline import Key, pipeline_inputs
 from ..parallel.placement import build_plan
 from ..parallel.worker import DeviceWorkers
 from .auto_chunks import run_all_overhead
@@ -41,9 +41,9 @@ def _measure_cells(
     net = sample["net_input"]
     with torch.no_grad():
         draws = model.draw_step(net["src_tokens"], net["prev_output_tokens"])
-    masks = {ENCODER: draws.encoder.masks, DECODER: draws.decoder.masks}
-    timing = time_cells(model, plan, TimingWorkers(device_clock(device)), draws.encoder.source,
-                        net["src_lengths"], draws.decoder.target, masks)
+    source, target, masks = pipeline_inputs(draws)
+    timing = time_cells(model, plan, TimingWorkers(device_clock(device)), source,
+                        net["src_lengths"], target, masks)
     return (timing.forward, timing.backward, timing.output_bytes, timing.state_bytes,
             timing.source_chunks, timing.target_chunks)
 

@@ -18,14 +18,16 @@ from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..parallel.split import even_sizes
-from .chunk_choice import CANDIDATES, cell_times_for, chunk_lengths, fit_cell_costs
+from .chunk_choice import (
+    CANDIDATES, candidate_chunks, cell_times_for, chunk_lengths, fit_cell_costs,
+    simplest_within,
+)
 from .simulate import predict_step
 from .sizes import Link
 from .stage_times import StageTimes
 
 GAIN_THRESHOLD = 0.05  # "stops improving": the next step up gains less than this
 MEMORY_HEADROOM = 0.10  # of a GPU's memory left free by the --max-tokens recommendation
-TIE_TOLERANCE = 0.02  # predictions this close count as equal (the simpler setting wins)
 
 
 def with_fitted_cells(stage: StageTimes, candidates: Sequence[int] = CANDIDATES) -> StageTimes:
@@ -39,10 +41,7 @@ def with_fitted_cells(stage: StageTimes, candidates: Sequence[int] = CANDIDATES)
     per_step = {(side, layer): measured.output_bytes.get((side, layer, 0), 0) / max(length, 1)
                 for side, length in lengths.items() for layer in range(measured.layers)}
     cells = {}
-    longest = max(source_len, target_len, 1)
-    for k in sorted(set(candidates) | set(stage.cells)):
-        if k > longest:
-            continue
+    for k in candidate_chunks(source_len, target_len, sorted(set(candidates) | set(stage.cells))):
         predicted = cell_times_for(costs, k, source_len, target_len, measured.layers)
         predicted.output_bytes = {
             key: int(per_step[(key[0], key[1])] * _steps(lengths[key[0]], k, key[2]))
@@ -89,13 +88,11 @@ def predict(stage: StageTimes, devices: int, chunks: int, schedule: str, link: L
 
 def best_chunks(stage: StageTimes, devices: int, schedule: str, link: Link = Link(),
                 balance: Optional[str] = None, tokens: Optional[int] = None) -> Prediction:
-    """The fastest K among the stage's cell tables (the fewest within ``TIE_TOLERANCE``);
+    """The fastest K among the stage's cell tables (the fewest within ``chunk_choice.TIE_TOLERANCE``);
     one device never chunks."""
     options = [1] if devices == 1 else sorted(stage.cells)
     predictions = [predict(stage, devices, k, schedule, link, balance, tokens) for k in options]
-    fastest = min(p.step_s for p in predictions)
-    return min((p for p in predictions if p.step_s <= fastest * (1 + TIE_TOLERANCE)),
-               key=lambda p: p.chunks)
+    return simplest_within(predictions, lambda p: p.step_s)
 
 
 def balances(layers: int, devices: int) -> List[str]:
@@ -111,14 +108,11 @@ def balances(layers: int, devices: int) -> List[str]:
 def best_balance(stage: StageTimes, devices: int, schedule: str, link: Link = Link(),
                  tokens: Optional[int] = None) -> Tuple[Prediction, bool]:
     """The fastest layers-per-device split (each with its best K), and whether it is the
-    even default (kept unless another is faster by more than ``TIE_TOLERANCE``)."""
+    even default (kept unless another is faster by more than ``chunk_choice.TIE_TOLERANCE``)."""
     options = [best_chunks(stage, devices, schedule, link, split, tokens)
                for split in balances(stage.model.layers, devices)]
-    even = options[0]
-    fastest = min(options, key=lambda p: p.step_s)
-    if fastest.step_s < even.step_s * (1 - TIE_TOLERANCE):
-        return fastest, False
-    return even, True
+    chosen = simplest_within(options, lambda p: p.step_s)
+    return chosen, chosen is options[0]
 
 
 def device_knee(by_devices: Dict[int, Prediction], threshold: float = GAIN_THRESHOLD) -> int:

@@ -31,7 +31,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from ..parallel.pipeline import Key, ScheduleCell, clock_cycles, input_cell, state_cell
 from ..parallel.placement import shard_bounds
 from .sizes import Link, layer_map
-from .stage_times import StageTimes
+from .stage_times import CellTimes, StageTimes
 from .traffic import StepShapes, today
 
 SCHEDULES = ("cycle", "dataflow")  # CPU devices: a barrier per clock cycle; GPUs: dataflow
@@ -147,6 +147,33 @@ def simulate_pipeline(
     raise ValueError(f"sync {sync!r}: cycle, dataflow or serial")
 
 
+def pipeline_makespans(
+    cells: CellTimes, layer_device: Sequence[int], schedule: str = "cycle",
+    cycle_overhead: float = 0.0, link: Link = Link(),
+    slowdown: Optional[Mapping[int, float]] = None, bridge: bool = True,
+) -> Tuple[float, float]:
+    """Forward and backward seconds of the pipeline as the code runs it: on GPUs dataflow;
+    on CPU devices a barrier per clock cycle, except that one device with K = 1 is the plain
+    model and one device's backward is one autograd thread (serial). ``bridge``: whether
+    decoder chunk 0 moves the encoder's state through device 0."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule {schedule!r}: one of {SCHEDULES}")
+    devices = len(set(layer_device))
+    common = dict(output_bytes=cells.output_bytes, state_bytes=cells.state_bytes if bridge else 0,
+                  link=link)
+    makespans = []
+    for table, direction in ((cells.forward, "forward"), (cells.backward, "backward")):
+        sync, overhead = schedule, cycle_overhead
+        one_thread = devices == 1 and (cells.chunks == 1 or direction == "backward")
+        if schedule == "cycle" and one_thread:
+            sync, overhead = "serial", 0.0
+        makespans.append(simulate_pipeline(
+            table, layer_device, cells.source_chunks, cells.target_chunks, direction, sync,
+            cycle_overhead=overhead if sync == "cycle" else 0.0,
+            slowdown=slowdown if sync == "cycle" else None, **common))
+    return makespans[0], makespans[1]
+
+
 def predict_step(
     stage: StageTimes, devices: int, chunks: int, schedule: str = "cycle",
     link: Link = Link(), balance: Optional[str] = None,
@@ -161,27 +188,10 @@ def predict_step(
         raise ValueError(f"schedule {schedule!r}: one of {SCHEDULES}")
     cells = stage.cells[chunks]
     mapping = layer_map(devices, stage.model.layers, balance)
-    plain = devices == 1 and chunks == 1
     bridge = (stage.model.decoder_hidden or stage.model.hidden) != stage.model.hidden
-    common = dict(output_bytes=cells.output_bytes, state_bytes=cells.state_bytes if bridge else 0,
-                  link=link)
     run_all = stage.cycle_overhead.get(devices, 0.0)
-    if schedule == "cycle":
-        forward = simulate_pipeline(
-            cells.forward, mapping, cells.source_chunks, cells.target_chunks, "forward",
-            "serial" if plain else "cycle", cycle_overhead=0.0 if plain else run_all,
-            slowdown=slowdown, **common,
-        )
-        backward = simulate_pipeline(
-            cells.backward, mapping, cells.source_chunks, cells.target_chunks, "backward",
-            "serial" if devices == 1 else "cycle", cycle_overhead=0.0 if devices == 1 else run_all,
-            slowdown=slowdown, **common,
-        )
-    else:
-        forward = simulate_pipeline(cells.forward, mapping, cells.source_chunks,
-                                    cells.target_chunks, "forward", "dataflow", **common)
-        backward = simulate_pipeline(cells.backward, mapping, cells.source_chunks,
-                                     cells.target_chunks, "backward", "dataflow", **common)
+    forward, backward = pipeline_makespans(cells, mapping, schedule, run_all, link,
+                                           slowdown, bridge)
     # the head: sentences split into one shard per device
     shards = [end - start for start, end in shard_bounds(stage.batch.sentences, devices)]
     times = [stage.head_times(s) for s in shards if s > 0]
