@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Tuple
 
+import torch
 from torch import Tensor
 
 from ..model.encoder import EncoderOut
@@ -101,21 +102,22 @@ class HybridEngine:
         (``head_shards``), the same way for every device kind."""
         head = self.model.decoder.head
         master = self.plan.master
-        # H and S gathered on device 0 (their gradients go back in backward)
         from_h, from_s = self._sources
-        features = self.transfers.differentiable(features, from_h, 0, "head_forward", "head_backward")
-        sources = self.transfers.differentiable(encoder_out["encoder_out"], from_s, 0,
-                                                "head_forward", "head_backward")
         padding_mask = encoder_out["encoder_padding_mask"].to(master)  # made on device 0
-        target = target.to(master)
-        if self.plan.head_devices == 1:
+        sources, target = encoder_out["encoder_out"], target.to(master)
+        if self.plan.head_devices == 1:  # H and S gathered on device 0, gradients back
+            move = self.transfers.differentiable
+            features = move(features, from_h, 0, "head_forward", "head_backward")
+            sources = move(sources, from_s, 0, "head_forward", "head_backward")
             encoder_out = {"encoder_out": sources, "encoder_padding_mask": padding_mask}
             return loss_fn(head, features, encoder_out, target)
         tokens_per_sentence = loss_fn.selection(target).sum(dim=1).tolist()
         mask = None
         if not loss_fn.features_are_combined:  # drawn here, once, in the plain order
-            mask = head.combine_mask((sum(tokens_per_sentence), head.combined_dim), features)
-        inputs = ShardInputs(features, sources, padding_mask, target, mask)
+            like = torch.empty(0, dtype=features.dtype, device=master)
+            mask = head.combine_mask((sum(tokens_per_sentence), head.combined_dim), like)
+        # each shard takes its slices of H and S straight from the top layers' devices
+        inputs = ShardInputs(features, sources, padding_mask, target, mask, from_h, from_s)
         return sharded_head_loss(
             head, loss_fn, self.head_replicas, self.workers,
             plan_shards(tokens_per_sentence, self.plan.num_devices), inputs,

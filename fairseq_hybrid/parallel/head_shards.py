@@ -87,13 +87,17 @@ class HeadReplicas:
 
 @dataclass
 class ShardInputs:
-    """The whole batch's head inputs on device 0; each shard takes its slices."""
+    """The whole batch's head inputs where they were made; each shard takes its slices
+    straight from there: H from the top decoder layer's device, S from the top encoder
+    layer's, the rest from device 0."""
 
     features: Tensor  # B x T x D, H
     sources: Tensor  # B x S x Ds, encoder states
-    padding_mask: Tensor  # B x S
-    target: Tensor  # B x T
-    combine_mask: Optional[Tensor]  # selected tokens x D_c, or None (no dropout)
+    padding_mask: Tensor  # B x S, on device 0
+    target: Tensor  # B x T, on device 0
+    combine_mask: Optional[Tensor]  # selected tokens x D_c on device 0, or None (no dropout)
+    features_device: int = 0  # device index of ``features``
+    sources_device: int = 0  # device index of ``sources``
 
 
 class _ShardedHead(torch.autograd.Function):
@@ -115,6 +119,7 @@ class _ShardedHead(torch.autograd.Function):
         total = sum_head_losses([gathered(shard, result)
                                  for shard, (result, _) in zip(run.shards, outputs)])
         ctx.run, ctx.outputs, ctx.like = run, outputs, (features, sources)
+        ctx.sources = (inputs.features_device, inputs.sources_device)
         nll = total.nll_loss
         correct = total.n_correct if total.n_correct is not None else nll.new_zeros(())
         ctx.mark_non_differentiable(nll, correct)
@@ -133,16 +138,17 @@ class _ShardedHead(torch.autograd.Function):
             autograd_device_thread([grad_loss]),
         )
         move, phase = run.transfers, "head_backward"
+        from_h, from_s = ctx.sources
         feature_grad = torch.zeros_like(features) if features.requires_grad else None
         source_grad = torch.zeros_like(sources) if sources.requires_grad else None
         param_grads: List[Optional[Tensor]] = [None] * n_params
         for shard, (_, leaves) in zip(run.shards, ctx.outputs):
             start, end = shard.sentences
             f_leaf, s_leaf, replica_params = leaves
-            if feature_grad is not None and f_leaf.grad is not None:
-                feature_grad[start:end] = move.to(f_leaf.grad, shard.worker, 0, phase)
+            if feature_grad is not None and f_leaf.grad is not None:  # dH straight back
+                feature_grad[start:end] = move.to(f_leaf.grad, shard.worker, from_h, phase)
             if source_grad is not None and s_leaf.grad is not None:
-                source_grad[start:end] = move.to(s_leaf.grad, shard.worker, 0, phase)
+                source_grad[start:end] = move.to(s_leaf.grad, shard.worker, from_s, phase)
             for i, param in enumerate(replica_params):
                 if param.grad is not None:
                     grad = move.to(param.grad, shard.worker, 0, phase)
@@ -168,12 +174,13 @@ class ShardedHeadRun:
         start, end = shard.sentences
         move, here, phase = self.transfers, shard.worker, "head_forward"
 
-        def leaf(tensor: Tensor) -> Tensor:
-            return move.leaf(tensor[start:end], 0, here, phase).requires_grad_(
+        def leaf(tensor: Tensor, source: int) -> Tensor:
+            return move.leaf(tensor[start:end], source, here, phase).requires_grad_(
                 self.grad_enabled and tensor.requires_grad)
 
         def run() -> tuple:
-            f_leaf, s_leaf = leaf(inputs.features), leaf(inputs.sources)
+            f_leaf = leaf(inputs.features, inputs.features_device)
+            s_leaf = leaf(inputs.sources, inputs.sources_device)
             mask = inputs.combine_mask
             if mask is not None:
                 mask = move.to(mask[shard.tokens[0]:shard.tokens[1]], 0, here, phase)

@@ -1,10 +1,11 @@
 """The bytes one training step moves between devices, per (source index, destination
 index, phase) — the routes ``parallel/transfer.py``'s ledger records — for a plan and the
-step's shapes, without running it. ``today``: the schedule the engine runs now (the head's
-inputs gathered on device 0 and sliced out again, a per-step copy of the head's
-parameters to each replica, its gradients brought back one device at a time, the bridge
-on device 0). ``tests/test_traffic.py`` holds this, route by route, to the ledger of real
-steps on 2 and 4 CPU devices and K = 1..4; the simulator charges these bytes.
+step's shapes, without running it. ``today``: the schedule the engine runs now (each head
+shard's slices of H and S straight from the top layers' device and their gradients
+straight back; targets, masks and the per-step copy of the head's parameters from device
+0, the replicas' gradients brought back one device at a time; the bridge on device 0).
+``tests/test_traffic.py`` holds this, route by route, to the ledger of real steps on 2 and
+4 CPU devices and K = 1..4; the simulator charges these bytes.
 """
 from __future__ import annotations
 
@@ -68,13 +69,12 @@ def today(layer_device: Sequence[int], num_devices: int, shapes: StepShapes,
             add(0, here, "pipeline_forward", decoder_state)
             add(here, 0, "pipeline_backward", decoder_state)
             add(0, here, "pipeline_backward", encoder_state)
-    # the head's inputs gathered on device 0, their gradients back
-    top = layer_device[-1]
+    top = layer_device[-1]  # the top encoder and decoder layers' device
     h_row = s.target_len * s.decoder_hidden * act  # one sentence of H
     s_row = s.source_len * s.encoder_hidden * act  # one sentence of S
-    add(top, 0, "head_forward", s.sentences * (h_row + s_row))
-    add(0, top, "head_backward", s.sentences * (h_row + s_row))
-    if not split_head or num_devices == 1:
+    if not split_head or num_devices == 1:  # H and S gathered on device 0, gradients back
+        add(top, 0, "head_forward", s.sentences * (h_row + s_row))
+        add(0, top, "head_backward", s.sentences * (h_row + s_row))
         return dict(routes)
     tokens = s.tokens()
     for worker, (start, end) in enumerate(shard_bounds(s.sentences, num_devices)):
@@ -82,7 +82,10 @@ def today(layer_device: Sequence[int], num_devices: int, shapes: StepShapes,
         if rows == 0:
             continue
         selected = sum(tokens[start:end])
-        sent = rows * (h_row + s_row + s.source_len * MASK_BYTES + s.target_len * INDEX_BYTES)
+        # H and S slices straight from the top layers' device, their gradients straight back
+        add(top, worker, "head_forward", rows * (h_row + s_row))
+        add(worker, top, "head_backward", rows * (h_row + s_row))
+        sent = rows * (s.source_len * MASK_BYTES + s.target_len * INDEX_BYTES)
         if s.combine_dropout:
             sent += selected * s.combined_dim * act
         results = (2 * s.loss_bytes + (INDEX_BYTES if s.count_correct else 0))
@@ -90,7 +93,7 @@ def today(layer_device: Sequence[int], num_devices: int, shapes: StepShapes,
         add(worker, 0, "head_forward", results)
         add(0, worker, "head_params", s.head_param_bytes)
         add(0, worker, "head_backward", s.loss_bytes)  # the loss gradient
-        add(worker, 0, "head_backward", rows * (h_row + s_row) + s.head_param_bytes)
+        add(worker, 0, "head_backward", s.head_param_bytes)
     return dict(routes)
 
 
