@@ -237,7 +237,7 @@ def train_options(setup: CliSetup, save_dir: Path, precision: Optional[str], upd
         str(setup.data), "--user-dir", USER_DIR, "--arch", "hybrid_lstm",
         *setup.model_options, "--hybrid-devices", devices, "--hybrid-allow-repeated-devices",
         "--pipeline-chunks", "2", "--criterion", "hybrid_cross_entropy",
-        "--label-smoothing", "0.1", "--optimizer", "adam", "--lr", "0.003", "--clip-norm", "1.0",
+        "--label-smoothing", "0.1", "--optimizer", "torch_adam", "--lr", "0.003", "--clip-norm", "1.0",
         "--max-tokens", "1500", "--max-update", str(updates), "--seed", "1",
         "--disable-validation", "--num-workers", "0", "--log-format", "json",
         "--log-interval", "5", "--save-dir", str(save_dir), "--no-epoch-checkpoints",

@@ -317,7 +317,7 @@ train_command() {
   # shellcheck disable=SC2046
   TRAIN_CMD=(fairseq-train "$bin" --user-dir "$USER_DIR"
     --arch "$ARCH" --criterion "$criterion" --label-smoothing "$LABEL_SMOOTHING"
-    --dropout "$DROPOUT" --optimizer adam --lr "$LR"
+    --dropout "$DROPOUT" --optimizer torch_adam --lr "$LR"
     --lr-scheduler reduce_lr_on_plateau --lr-shrink 0.5 --clip-norm "$CLIP_NORM"
     --max-tokens "$MAX_TOKENS" --max-update "$MAX_UPDATE" --required-batch-size-multiple 1
     --save-dir "$out" --no-epoch-checkpoints --save-interval-updates "$SAVE_INTERVAL"
