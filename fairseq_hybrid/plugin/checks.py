@@ -74,6 +74,16 @@ def check_data_dir(args: Any) -> None:
         raise HybridConfigError(
             f"data directory {first!r} has no '{subset}' split (no {subset}.* files)"
         )
+    if getattr(args, "disable_validation", False):
+        return
+    valids = (getattr(args, "valid_subset", "valid") or "valid").split(",")
+    for valid in ["valid"] if getattr(args, "combine_valid_subsets", False) else valids:
+        if not glob.glob(os.path.join(first, f"{valid}.*")):  # fairseq: FileNotFoundError
+            raise HybridConfigError(
+                f"--valid-subset {valid!r}: data directory {first!r} has no '{valid}' split "
+                f"(no {valid}.* files): binarize one (fairseq-preprocess --validpref), name "
+                "another split, or train without validation (--disable-validation)"
+            )
 
 
 def _index_sizes(index_class: Any, path: str) -> np.ndarray:
