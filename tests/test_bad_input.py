@@ -86,10 +86,14 @@ def test_checkpoint_of_another_shape_as_restore_file(setup, tmp_path):
 @pytest.mark.parametrize("case,fragment", [
     ("missing", "does not exist"),
     ("no-pair", "--source-lang 'fr': data directory"),
+    ("no-valid", "has no 'valid' split (no valid.* files)"),  # fairseq: FileNotFoundError
 ])
 def test_bad_data_directory(setup, tmp_path, case, fragment):
     root = setup[0]
     data = root / "nowhere" if case == "missing" else root / "a" / "bin"
+    if case == "no-valid":
+        data = tmp_path / "bin"
+        shutil.copytree(root / "a" / "bin", data, ignore=shutil.ignore_patterns("valid.*"))
     extra = ["--source-lang", "fr", "--target-lang", "de"] if case == "no-pair" else []
     save = tmp_path / "save"
     proc = run_tool("fairseq-train", train_args(data, save, *extra), cwd=root, check=False)

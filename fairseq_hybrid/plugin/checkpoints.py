@@ -2,7 +2,10 @@
 ``fairseq_patches.apply``), so that nothing is lost and nothing fails silently:
 
 - ``readable_checkpoints``: a truncated file or one that is not a checkpoint fails with one
-  line instead of an unpickling traceback.
+  line instead of an unpickling traceback. The files loaded are remembered (``LOADED``), so
+  a beam search that fails on non-finite scores can say that its ``--path`` is the
+  ``crash.pt`` of a training stopped by a NaN/inf loss (``non_finite_scores``; the
+  training's own line: ``non_finite_training``).
 - ``safe_saves``: fairseq writes ``checkpoint_<epoch>_<updates>.pt`` to ``NAME.tmp`` and
   renames it, but makes ``checkpoint_last.pt``/``checkpoint_best.pt`` with
   ``shutil.copyfile`` (a kill during the copy leaves a truncated file), and a failed write
@@ -32,7 +35,7 @@ import os
 import shutil
 import sys
 import tempfile
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 import torch
 
@@ -40,6 +43,8 @@ from ..errors import HybridConfigError
 
 logger = logging.getLogger(__name__)
 TEMPORARY = ("checkpoint*.pt.tmp", "checkpoint*.pt.*.tmp")
+# path -> the update a crash.pt stopped at (None: an ordinary checkpoint), as loaded
+LOADED: Dict[str, Optional[int]] = {}
 
 
 # ------------------------------------------------------------------ reading
@@ -69,10 +74,68 @@ def readable_checkpoints() -> None:
             ) from None
         if not isinstance(state, dict) or "model" not in state:
             raise HybridConfigError(f"{path!r} is not a fairseq checkpoint: it holds no model weights")
+        LOADED[path] = crash_dump_update(path, state)
         return state
 
     load_checkpoint_to_cpu._hybrid_checked = True
     checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
+
+
+def crash_dump_update(path: str, state: dict) -> Optional[int]:
+    """The update at which training stopped, when ``state`` is the ``crash.pt`` fairseq's
+    trainer saved then (the state before that update; no ``val_loss`` in its extra state,
+    unlike every checkpoint ``checkpoint_utils.save_checkpoint`` writes); else None."""
+    extra = state.get("extra_state")
+    if os.path.basename(path) != "crash.pt" or not isinstance(extra, dict) or "val_loss" in extra:
+        return None
+    history = state.get("optimizer_history") or [{}]
+    return int(history[-1].get("num_updates", 0)) + 1
+
+
+def saved_updates(path: str) -> Optional[int]:
+    """The updates a checkpoint file holds (its pickled part only: tensors are mapped)."""
+    try:
+        state = torch.load(path, map_location="cpu", mmap=True)
+        return int(state["optimizer_history"][-1]["num_updates"])
+    except Exception:  # noqa: BLE001 - only for the message
+        return None
+
+
+def non_finite_training(trainer: Any, error: BaseException, started: float) -> str:
+    """The line for a training that fairseq stopped with a ``FloatingPointError``."""
+    save_dir = trainer.cfg.checkpoint.save_dir
+    crash, last = os.path.join(save_dir, "crash.pt"), os.path.join(save_dir, "checkpoint_last.pt")
+    if os.path.isfile(crash) and os.path.getmtime(crash) >= started - 2:
+        saved = (f"fairseq saved the state before it as {crash} (a dump for debugging: do not "
+                 "translate with it)")
+    else:
+        saved = "no crash.pt was written"
+    if os.path.isfile(last):
+        updates = saved_updates(last)
+        saved += f"; {last}{f' (update {updates})' if updates is not None else ''} is unchanged"
+    else:
+        saved += "; no checkpoint_last.pt had been written yet"
+    hint = ""
+    if "Nan/Inf" in str(error) or "loss scale" in str(error):
+        hint = f". Lower --lr (it is {trainer.get_lr():g}) or clip the gradients (--clip-norm)"
+    return (f"training stopped at update {trainer.get_num_updates() + 1}: the loss or its "
+            f"gradients became NaN or inf ({type(error).__name__}: {str(error).strip()[:120]}), "
+            f"so that update was not applied; {saved}{hint}")
+
+
+def non_finite_scores(ids: list) -> str:
+    """The line for a beam search that could end no hypothesis: every score NaN or -inf."""
+    shown = ", ".join(str(i) for i in sorted(ids)[:5]) + (" ..." if len(ids) > 5 else "")
+    line = (f"no translation of the batch of sentence ids {shown} could be ended: every "
+            "continuation scored NaN or -inf, so the model's output is not finite")
+    crashes = [(path, update) for path, update in LOADED.items() if update is not None]
+    if crashes:
+        path, update = crashes[-1]
+        return (f"{line}; {path!r} is the crash.pt fairseq saved when training stopped on a "
+                f"non-finite loss at update {update} (the state before it, for debugging): "
+                "translate with checkpoint_best.pt or checkpoint_last.pt of that training")
+    paths = ", ".join(repr(path) for path in LOADED) or "--path"
+    return f"{line}: the weights in {paths} are not usable (did their training diverge?)"
 
 
 # ------------------------------------------------------------------ writing

@@ -7,12 +7,16 @@ callback on the composed config (``hydra_callback.check_run_config``), so both r
 same input with the same line before anything is written.
 
 - ``check_data_dir``: at parse time (fairseq-train): the directory exists and holds the
-  language pair and the training split asked for.
+  language pair, the training split and (unless ``--disable-validation``) the validation
+  splits asked for.
 - ``check_training_sizes``: at parse time: the training split has sentences, and at least
   one pair fits in ``--max-tokens`` (fairseq would fail with ``cannot mmap an empty file`` or
   an ``IndexError`` in batch_by_size).
 - ``check_precision``: ``--fp16`` without a CUDA device (fairseq fails deep inside
   torch.cuda); bfloat16 (``--bf16``) works on the CPU.
+- ``check_generation_options``: fairseq-generate's options (any model) that fairseq's
+  beam search cannot run, and a missing ``--path``; installed around fairseq's
+  ``parse_args_and_arch`` (``fairseq_patches.checked_generation_options``).
 - ``check_state_dict``: a checkpoint of another architecture or with another dictionary
   size is named as such, with the offending parameter and shapes.
 """
@@ -74,6 +78,16 @@ def check_data_dir(args: Any) -> None:
         raise HybridConfigError(
             f"data directory {first!r} has no '{subset}' split (no {subset}.* files)"
         )
+    if getattr(args, "disable_validation", False):
+        return
+    valids = (getattr(args, "valid_subset", "valid") or "valid").split(",")
+    for valid in ["valid"] if getattr(args, "combine_valid_subsets", False) else valids:
+        if not glob.glob(os.path.join(first, f"{valid}.*")):  # fairseq: FileNotFoundError
+            raise HybridConfigError(
+                f"--valid-subset {valid!r}: data directory {first!r} has no '{valid}' split "
+                f"(no {valid}.* files): binarize one (fairseq-preprocess --validpref), name "
+                "another split, or train without validation (--disable-validation)"
+            )
 
 
 def _index_sizes(index_class: Any, path: str) -> np.ndarray:
@@ -138,6 +152,63 @@ def check_precision(args: Any) -> None:
                 f"--{option.replace('_', '-')} needs a CUDA GPU and torch sees none: use --bf16 "
                 "(bfloat16, works on the CPU) or drop it (float32)"
             )
+
+
+def check_generation_options(args: Any) -> None:
+    """fairseq-generate/-interactive/-validate, any model: once parsed, refuse what fairseq
+    itself cannot run (its failures are a reshape error, an AssertionError, an OSError or an
+    AttributeError, after ``--results-path`` was created): ``--beam`` < 1, a longest output
+    (``--max-len-a`` x source length + ``--max-len-b``) that can never reach ``--min-len``,
+    ``--temperature`` <= 0, ``--sampling`` with ``--nbest`` other than ``--beam``, and a
+    ``--path`` that is missing or a directory (looked up as fairseq will: ``--checkpoint-
+    suffix``, shards). A negative ``--max-len-b`` with ``--max-len-a`` > 0 depends on the
+    source lengths: fairseq's to decide."""
+    if hasattr(args, "beam"):
+        beam = args.beam
+        if beam is not None and beam < 1:
+            raise HybridConfigError(f"--beam {beam} is not allowed: an integer >= 1 (hypotheses "
+                                    "kept per step; 1 = greedy search)")
+        a, b = getattr(args, "max_len_a", 0) or 0, getattr(args, "max_len_b", 200)
+        min_len = getattr(args, "min_len", 1)
+        if not getattr(args, "match_source_len", False) and a <= 0 and b < min_len:
+            raise HybridConfigError(
+                f"--max-len-b {b} is not allowed with --max-len-a {a:g} and --min-len {min_len}: "
+                "no output could be long enough (outputs end by --max-len-a x source length + "
+                f"--max-len-b tokens); use --max-len-b >= {min_len} (the default is 200) or "
+                "--max-len-a > 0"
+            )
+        temperature = getattr(args, "temperature", 1.0)
+        if temperature is not None and not temperature > 0:
+            raise HybridConfigError(f"--temperature {temperature:g} is not allowed: a number > 0")
+        nbest = getattr(args, "nbest", 1)
+        if getattr(args, "sampling", False) and nbest != beam:
+            raise HybridConfigError(f"--nbest {nbest} is not allowed with --sampling and --beam "
+                                    f"{beam}: --sampling needs --nbest equal to --beam")
+        if getattr(args, "path", None) is None:
+            raise HybridConfigError("--path is required: the checkpoint to translate with, e.g. "
+                                    "--path checkpoints/checkpoint_best.pt")
+    if getattr(args, "path", None):
+        check_checkpoint_paths(args)
+
+
+def check_checkpoint_paths(args: Any) -> None:
+    from fairseq import checkpoint_utils, utils
+    from fairseq.file_io import PathManager
+
+    suffix = getattr(args, "checkpoint_suffix", "") or ""
+    shards = getattr(args, "checkpoint_shard_count", 1) or 1
+    for given in utils.split_paths(args.path):
+        for shard in range(shards):
+            path = checkpoint_utils.get_maybe_sharded_checkpoint_filename(given, suffix, shard, shards)
+            named = f"--path {given!r}" + (f" ({path!r})" if path != given else "")
+            if os.path.isdir(path):
+                raise HybridConfigError(f"{named} is a directory, not a fairseq checkpoint file: "
+                                        "give a file in it, e.g. checkpoint_best.pt")
+            if not PathManager.exists(path):
+                raise HybridConfigError(
+                    f"{named} does not exist: give a checkpoint file fairseq-train wrote, e.g. "
+                    "checkpoints/checkpoint_best.pt (relative to the current directory)"
+                )
 
 
 def check_state_dict(expected: Mapping[str, Tensor], given: Mapping[str, Tensor]) -> None:

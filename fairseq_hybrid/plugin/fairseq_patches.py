@@ -40,6 +40,12 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
   takes as "chosen by the performance model" on several devices). fairseq's
   ``get_parser`` imports the ``--user-dir`` before it builds the parser, so wrapping
   ``options.add_distributed_training_args`` reaches fairseq-train's parser.
+- ``checked_generation_options``: fairseq-generate/-interactive/-validate refuse, once
+  parsed, the options fairseq's beam search cannot run and a missing ``--path``, for every
+  model (``checks.check_generation_options``).
+- ``one_line_non_finite``: a training stopped by a NaN/inf loss, and a beam search whose
+  scores are all NaN/-inf, end with one line (what happened, at which update, what was
+  saved) instead of fairseq's traceback.
 - ``one_line_errors``: ``HybridConfigError`` (an ordinary exception a Python caller can
   catch) reaches the command line as its one line and exit status 1.
 """
@@ -49,14 +55,17 @@ import argparse
 import collections
 import functools
 import inspect
+import re
 import sys
+import time
+import traceback
 import typing
 from typing import Any, Callable, List, Optional
 
 import numpy as np
 import torch
 
-from . import checkpoints
+from . import checkpoints, checks
 from ..errors import HybridConfigError, hybrid_error_in
 
 
@@ -220,9 +229,9 @@ def same_batches_after_resume() -> None:
 
 
 # ------------------------------------------------------------------ --pipeline-chunks auto
-CHUNKS_HELP = ("time chunks per batch for hybrid_lstm's layer pipeline: an integer >= 1, or "
+CHUNKS_HELP = ("hybrid_lstm: time chunks per batch for its layer pipeline, an integer >= 1 or "
                "auto (the default on several devices: measured and chosen before the first "
-               "update); also fairseq's microbatch count for --pipeline-model-parallel")
+               "update)")
 
 
 def chunks_argument(text: str) -> int:
@@ -255,11 +264,92 @@ def pipeline_chunks_auto() -> None:
         action = parser._option_string_actions.get("--pipeline-chunks")
         if action is not None:
             action.type = chunks_argument
-            action.help = CHUNKS_HELP
+            if CHUNKS_HELP not in (action.help or ""):  # fairseq's meaning first, for every model
+                action.help = f"{action.help or ''} (--pipeline-model-parallel); {CHUNKS_HELP}"
         return group
 
     add_distributed_training_args._hybrid_auto_chunks = True
     options.add_distributed_training_args = add_distributed_training_args
+
+
+# ------------------------------------------------------------------ generation options
+def checked_generation_options() -> None:
+    """Wrap ``fairseq.options.parse_args_and_arch`` (once): what fairseq-generate,
+    -interactive and -validate parsed is checked (``checks.check_generation_options``)
+    before they write anything. fairseq's ``get_parser`` imports the ``--user-dir`` before
+    the tool calls ``options.parse_args_and_arch``, so the wrapper is what it calls."""
+    from fairseq import options
+
+    original = options.parse_args_and_arch
+    if getattr(original, "_hybrid_checked", False):
+        return
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def parse_args_and_arch(*args: Any, **kwargs: Any) -> Any:
+        given = signature.bind(*args, **kwargs)
+        given.apply_defaults()
+        parsed = original(*args, **kwargs)
+        if not given.arguments["suppress_defaults"]:  # the inner full parse checked it
+            checks.check_generation_options(parsed[0] if given.arguments["parse_known"] else parsed)
+        return parsed
+
+    parse_args_and_arch._hybrid_checked = True
+    options.parse_args_and_arch = parse_args_and_arch
+
+
+# ------------------------------------------------------------------ non-finite numbers
+class NonFiniteTraining(HybridConfigError, FloatingPointError):
+    """fairseq's ``FloatingPointError`` with the one line (a caller catching fairseq's type
+    still catches it)."""
+
+
+class NonFiniteScores(HybridConfigError, AssertionError):
+    """fairseq's beam-search ``AssertionError`` with the one line."""
+
+
+def one_line_non_finite() -> None:
+    """Wrap (once) ``Trainer.train_step`` and ``FairseqTask.inference_step``, for every
+    model: a training that stops on fairseq's ``FloatingPointError`` (NaN/inf gradients:
+    fairseq has then saved ``crash.pt`` and logged its NaN detector's findings) ends with
+    one line saying at which update and what was saved; a beam search that cannot end any
+    hypothesis because every score is NaN or -inf (fairseq's ``AssertionError: 200 <
+    200``, e.g. with the weights of such a crash.pt) ends with one line naming the
+    checkpoint (``checkpoints.non_finite_training``, ``checkpoints.non_finite_scores``)."""
+    from fairseq.tasks import FairseqTask
+    from fairseq.trainer import Trainer
+
+    train_step = Trainer.train_step
+    if getattr(train_step, "_hybrid_one_line", False):
+        return
+
+    @functools.wraps(train_step)
+    def checked_train_step(self: Any, samples: Any, *args: Any, **kwargs: Any) -> Any:
+        started = time.time()
+        try:
+            return train_step(self, samples, *args, **kwargs)
+        except FloatingPointError as error:
+            raise NonFiniteTraining(checkpoints.non_finite_training(self, error, started)) from error
+
+    inference_step = FairseqTask.inference_step
+
+    @functools.wraps(inference_step)
+    def checked_inference_step(self: Any, generator: Any, models: Any, sample: Any,
+                               *args: Any, **kwargs: Any) -> Any:
+        try:
+            return inference_step(self, generator, models, sample, *args, **kwargs)
+        except AssertionError as error:
+            frames = traceback.extract_tb(error.__traceback__)
+            if not (re.fullmatch(r"\d+ < \d+", str(error)) and frames
+                    and frames[-1].filename.endswith("sequence_generator.py")):
+                raise
+            ids = sample.get("id") if isinstance(sample, dict) else None
+            raise NonFiniteScores(checkpoints.non_finite_scores(
+                [] if ids is None else ids.tolist())) from error
+
+    checked_train_step._hybrid_one_line = True
+    Trainer.train_step = checked_train_step
+    FairseqTask.inference_step = checked_inference_step
 
 
 def apply() -> None:
@@ -269,4 +359,6 @@ def apply() -> None:
     keep_last_batch()
     same_batches_after_resume()
     pipeline_chunks_auto()
+    checked_generation_options()
+    one_line_non_finite()
     one_line_errors()

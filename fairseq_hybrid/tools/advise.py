@@ -59,15 +59,33 @@ def add_advisor_args(parser: argparse.ArgumentParser) -> None:
                        help="where to write the report (default advice.json)")
 
 
+USAGE = ("python -m fairseq_hybrid.tools.advise DATA --arch hybrid_lstm --max-tokens N "
+         "[--hybrid-devices cpu,cpu] [fairseq-train's options]; --help lists them")
+
+
+def refuse(message: str) -> None:
+    """argparse's errors (a usage text, then the message) as the one line."""
+    raise HybridConfigError(f"{message} (usage: {USAGE})")
+
+
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     from fairseq import options
 
+    # --arch first: fairseq's parser fails on a missing one with a bare RuntimeError
+    first = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    first.add_argument("--arch", "-a")
+    arch = first.parse_known_args(list(argv))[0].arch
+    if "-h" not in argv and "--help" not in argv and (arch is None or "hybrid_lstm" not in arch):
+        given = "is missing" if arch is None else f"{arch!r} is not allowed"
+        raise HybridConfigError(f"--arch {given}: the advisor needs hybrid_lstm or one of its "
+                                f"presets (usage: {USAGE})")
     parser = options.get_training_parser()
     add_advisor_args(parser)
+    parser.error = refuse
     args = options.parse_args_and_arch(parser, list(argv))
-    if getattr(args, "arch", None) is None or "hybrid_lstm" not in args.arch:
-        raise HybridConfigError(f"--arch {getattr(args, 'arch', None)!r}: the advisor needs "
-                                "hybrid_lstm or one of its presets")
+    # the model's options are absent unless given (fairseq's model group suppresses
+    # defaults): --hybrid-devices' default is the default device
+    args.hybrid_devices = getattr(args, "hybrid_devices", None)
     if not args.link_gbps > 0:
         raise HybridConfigError(f"--link-gbps {args.link_gbps!r} is not allowed: a number > 0")
     if args.max_tokens is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 
@@ -23,12 +24,23 @@ def train(files: list[str], vocab: int, model_prefix: str, sample_size: int, thr
     for path in files:
         if not os.path.isfile(path):
             sys.exit(f"spm.py: error: training file {path!r} does not exist")
-    spm.SentencePieceTrainer.train(
-        input=",".join(files), model_prefix=model_prefix, vocab_size=vocab,
-        character_coverage=1.0, model_type="unigram", input_sentence_size=sample_size,
-        shuffle_input_sentence=True, num_threads=threads, bos_id=-1, eos_id=-1,
-        unk_id=0, pad_id=-1, minloglevel=2,
-    )
+    try:
+        spm.SentencePieceTrainer.train(
+            input=",".join(files), model_prefix=model_prefix, vocab_size=vocab,
+            character_coverage=1.0, model_type="unigram", input_sentence_size=sample_size,
+            shuffle_input_sentence=True, num_threads=threads, bos_id=-1, eos_id=-1,
+            unk_id=0, pad_id=-1, minloglevel=2,
+        )
+    except (RuntimeError, ValueError) as error:  # how sentencepiece reports bad values
+        # (a vocabulary larger than the corpus allows is only known once it has read it)
+        reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+        limit = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)", reason)
+        if limit:
+            sys.exit(f"spm.py: error: --vocab {vocab} is too large for these training files: "
+                     f"sentencepiece can make at most {limit.group(2)} pieces of them "
+                     f"(use {limit.group(2)} or less; SPM_VOCAB in the recipes)")
+        reason = re.sub(r"^.*?\] ", "", reason)  # without "INTERNAL: src/....cc(744) [...]"
+        sys.exit(f"spm.py: error: sentencepiece failed: {reason}")
 
 
 def encode(model: str, source: str, dest: str) -> None:

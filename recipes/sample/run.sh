@@ -49,12 +49,12 @@ spm_stage() {
   stage_needed spm "$out" || return 0
   local tmp; tmp=$(stage_begin "$out")
   log "spm: training a joint ${SPM_VOCAB}-piece model on train.en + train.de"
-  python "$ROOT/recipes/lib/spm.py" train --vocab "$SPM_VOCAB" --model-prefix "$tmp/spm" \
-    "$DATA/train.en" "$DATA/train.de"
+  # spm.py says what went wrong in one line; nothing of the stage is left behind
+  spm_py() { python "$ROOT/recipes/lib/spm.py" "$@" || { rm -rf "$tmp"; exit 1; }; }
+  spm_py train --vocab "$SPM_VOCAB" --model-prefix "$tmp/spm" "$DATA/train.en" "$DATA/train.de"
   for split in train valid test; do
     for lang in en de; do
-      python "$ROOT/recipes/lib/spm.py" encode --model "$tmp/spm.model" \
-        "$DATA/$split.$lang" "$tmp/$split.$lang"
+      spm_py encode --model "$tmp/spm.model" "$DATA/$split.$lang" "$tmp/$split.$lang"
     done
     log "spm: encoded $split ($(wc -l < "$tmp/$split.en") pairs)"
   done
