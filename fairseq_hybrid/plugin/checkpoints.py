@@ -38,6 +38,7 @@ import tempfile
 from typing import Any, Dict, Optional
 
 import torch
+from fairseq import checkpoint_utils, file_io
 
 from ..errors import HybridConfigError
 
@@ -50,7 +51,6 @@ LOADED: Dict[str, Optional[int]] = {}
 # ------------------------------------------------------------------ reading
 def readable_checkpoints() -> None:
     """Install the wrapper (once) around fairseq's checkpoint loading."""
-    from fairseq import checkpoint_utils
 
     original = checkpoint_utils.load_checkpoint_to_cpu
     if getattr(original, "_hybrid_checked", False):
@@ -251,7 +251,6 @@ def _remove(path: str) -> None:
 
 def safe_saves() -> None:
     """Install (once) for local files; remote ``iopath`` storage keeps its own saving."""
-    from fairseq import checkpoint_utils, file_io
 
     manager = file_io.PathManager
     if file_io.IOPathManager is not None or getattr(manager.copy, "_hybrid_atomic", False):
@@ -301,7 +300,6 @@ def check_save_dir(save_dir: str) -> None:
 
 
 def checked_save_dir() -> None:
-    from fairseq import checkpoint_utils
 
     original = checkpoint_utils.verify_checkpoint_directory
     if getattr(original, "_hybrid_checked", False):
@@ -360,7 +358,6 @@ def already_done(cfg: Any, trainer: Any, epoch_itr: Any) -> Optional[str]:
 
 
 def checked_resume() -> None:
-    from fairseq import checkpoint_utils
 
     original = checkpoint_utils.load_checkpoint
     if getattr(original, "_hybrid_checked", False):

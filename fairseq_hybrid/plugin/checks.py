@@ -28,19 +28,22 @@ from typing import Any, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
+from fairseq import checkpoint_utils, utils
+from fairseq.data.indexed_dataset import MMapIndexedDataset, infer_dataset_impl
+from fairseq.file_io import PathManager
 from torch import Tensor
 
+from .checkpoints import check_restore_file
+from .config import validate_model_config
+from .criterion import validate_criterion_args
 from ..errors import HybridConfigError
+from .placement_options import check_plan_options
 
 
 def run_checks(args: Any, argv: Optional[Sequence[str]] = None) -> Any:
     """Every parse-time check on ``args`` (fairseq-train's flat namespace, or the composed
     Hydra config's groups flattened into one); returns the placement plan.
     ``argv``: the command line ``check_plan_options`` reads (None: ``sys.argv``)."""
-    from .checkpoints import check_restore_file
-    from .config import validate_model_config
-    from .criterion import validate_criterion_args
-    from .placement_options import check_plan_options
 
     validate_model_config(args)
     check_precision(args)
@@ -102,7 +105,6 @@ def _index_sizes(index_class: Any, path: str) -> np.ndarray:
 def _pair_sizes(first: str, subset: str, args: Any) -> Optional[Tuple[str, np.ndarray]]:
     """(prefix, longer side's length per pair incl. end-of-sentence) of the ``subset`` split
     in fairseq's mmap format, or None when it cannot be read that way (then fairseq decides)."""
-    from fairseq.data.indexed_dataset import MMapIndexedDataset, infer_dataset_impl
 
     src, tgt = getattr(args, "source_lang", None), getattr(args, "target_lang", None)
     # DIR/train.en-de.en.idx -> prefix DIR/train.en-de, language en
@@ -192,8 +194,6 @@ def check_generation_options(args: Any) -> None:
 
 
 def check_checkpoint_paths(args: Any) -> None:
-    from fairseq import checkpoint_utils, utils
-    from fairseq.file_io import PathManager
 
     suffix = getattr(args, "checkpoint_suffix", "") or ""
     shards = getattr(args, "checkpoint_shard_count", 1) or 1

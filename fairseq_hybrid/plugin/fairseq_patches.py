@@ -64,6 +64,11 @@ from typing import Any, Callable, List, Optional
 
 import numpy as np
 import torch
+from fairseq import options
+from fairseq.data import data_utils
+from fairseq.distributed import utils as distributed_utils
+from fairseq.tasks import FairseqTask
+from fairseq.trainer import Trainer
 
 from . import checkpoints, checks
 from ..errors import HybridConfigError, hybrid_error_in
@@ -80,7 +85,7 @@ def _safe_classes() -> list:
     ]
     try:  # --eval-bleu and some optimizers keep numpy scalars/arrays in the state
         import numpy as np
-        from numpy._core.multiarray import _reconstruct, scalar
+        from numpy._core.multiarray import _reconstruct, scalar  # numpy >= 2 only
 
         classes += [np.ndarray, np.dtype, _reconstruct, scalar]
         classes += [type(np.dtype(t)) for t in ("float32", "float64", "int64", "int32", "bool")]
@@ -95,7 +100,7 @@ def _safe_classes() -> list:
     except ImportError:  # pragma: no cover
         pass
     try:
-        from fairseq.distributed.utils import _TensorPlaceholder
+        from fairseq.distributed.utils import _TensorPlaceholder  # not in every fairseq build
 
         classes.append(_TensorPlaceholder)
     except ImportError:  # pragma: no cover
@@ -130,7 +135,6 @@ def tail_of(indices: np.ndarray, batches: List) -> np.ndarray:
 
 def keep_last_batch() -> None:
     """Wrap ``fairseq.data.data_utils.batch_by_size`` (once) so no index is dropped."""
-    from fairseq.data import data_utils
 
     original = data_utils.batch_by_size
     if getattr(original, "_hybrid_keeps_last_batch", False):
@@ -164,7 +168,6 @@ def one_line_errors() -> None:
     as its one line and exit with status 1: ``distributed_utils.call_main`` (train,
     hydra-train, interactive, validate) turns it into ``SystemExit``, and the excepthook
     does the same for the rest (parse time, fairseq-generate)."""
-    from fairseq.distributed import utils as distributed_utils
 
     hook = sys.excepthook
     if not getattr(hook, "_hybrid_one_line", False):
@@ -197,7 +200,6 @@ def one_line_errors() -> None:
 # ------------------------------------------------------------------ batches after a resume
 def same_batches_after_resume() -> None:
     """Wrap ``FairseqTask.get_batch_iterator`` (once): see the module's docstring."""
-    from fairseq.tasks import FairseqTask
 
     original = FairseqTask.get_batch_iterator
     if getattr(original, "_hybrid_same_batches", False):
@@ -252,7 +254,6 @@ def chunks_argument(text: str) -> int:
 def pipeline_chunks_auto() -> None:
     """Wrap ``fairseq.options.add_distributed_training_args`` (once) so the parsers it
     builds accept ``--pipeline-chunks auto``."""
-    from fairseq import options
 
     original = options.add_distributed_training_args
     if getattr(original, "_hybrid_auto_chunks", False):
@@ -278,7 +279,6 @@ def checked_generation_options() -> None:
     -interactive and -validate parsed is checked (``checks.check_generation_options``)
     before they write anything. fairseq's ``get_parser`` imports the ``--user-dir`` before
     the tool calls ``options.parse_args_and_arch``, so the wrapper is what it calls."""
-    from fairseq import options
 
     original = options.parse_args_and_arch
     if getattr(original, "_hybrid_checked", False):
@@ -316,8 +316,6 @@ def one_line_non_finite() -> None:
     hypothesis because every score is NaN or -inf (fairseq's ``AssertionError: 200 <
     200``, e.g. with the weights of such a crash.pt) ends with one line naming the
     checkpoint (``checkpoints.non_finite_training``, ``checkpoints.non_finite_scores``)."""
-    from fairseq.tasks import FairseqTask
-    from fairseq.trainer import Trainer
 
     train_step = Trainer.train_step
     if getattr(train_step, "_hybrid_one_line", False):

@@ -25,11 +25,19 @@ import os
 from argparse import Namespace
 from typing import Any, Iterator, List, Sequence
 
+from fairseq.dataclass.configs import FairseqConfig
+from fairseq.dataclass.initialize import add_defaults
+from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
 
-from .config import apply_preset
+from .checks import run_checks
+from .config import HybridLSTMConfig, apply_preset
 from ..errors import HybridConfigError
+from .fairseq_patches import chunks_argument
+from .hybrid_lstm import MODEL_NAME
+from .integration import adapt_fairseq_config
 
 # the groups whose options the parse-time checks read, in fairseq-train's flat namespace
 # (later groups win a shared name: the model's pipeline_chunks over fairseq's own)
@@ -79,9 +87,7 @@ def model_name(config: DictConfig) -> Any:
 
 
 def is_hybrid_model(config: DictConfig) -> bool:
-    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
-    from .hybrid_lstm import MODEL_NAME
 
     name = model_name(config)
     return isinstance(name, str) and ARCH_MODEL_NAME_REGISTRY.get(name) == MODEL_NAME
@@ -92,7 +98,6 @@ def prepare_run_config(config: DictConfig, overrides: Sequence[str]) -> None:
     for other models). ``overrides``: Hydra's command-line overrides (``key=value``)."""
     if not is_hybrid_model(config):
         return
-    from fairseq.dataclass.initialize import add_defaults
 
     struct = OmegaConf.is_struct(config)
     try:
@@ -111,9 +116,7 @@ def prepare_run_config(config: DictConfig, overrides: Sequence[str]) -> None:
 def check_model_types(config: DictConfig) -> None:
     """Each ``model.*`` value has its option's type (fairseq found ``model.encoder_layers=
     abc`` only inside the job, after Hydra wrote ``.hydra/`` and its log)."""
-    from omegaconf.errors import OmegaConfBaseException
 
-    from .config import HybridLSTMConfig
 
     try:
         values = OmegaConf.to_container(config.model, resolve=True)
@@ -146,8 +149,6 @@ def default_user_dir(common: DictConfig) -> None:
 def check_run_config(config: DictConfig, overrides: Sequence[str]) -> None:
     """fairseq-train's parse-time checks (``checks.run_checks``, the same list) and
     adaptations on the groups of a composed config."""
-    from .checks import run_checks
-    from .integration import adapt_fairseq_config
 
     flat = Namespace()
     for group in CHECKED_GROUPS:
@@ -168,7 +169,6 @@ def check_run_config(config: DictConfig, overrides: Sequence[str]) -> None:
 def normalise_pipeline_chunks(config: DictConfig) -> None:
     """``model.pipeline_chunks=auto`` (or a number Hydra read as text) becomes the integer
     the model's option holds: auto is 0, as for fairseq-train's ``--pipeline-chunks auto``."""
-    from .fairseq_patches import chunks_argument
 
     model = config.get("model")
     if isinstance(model, DictConfig) and isinstance(model.get("pipeline_chunks"), str):
@@ -196,7 +196,6 @@ def check_pipeline_chunks(config: DictConfig) -> None:
 def explicit_options(config: DictConfig, overrides: Sequence[str]) -> List[str]:
     """The adapted options the user chose, as ``--name=value``: given on the command line,
     or set in the YAML to something other than fairseq's default."""
-    from fairseq.dataclass.configs import FairseqConfig
 
     given = {override.lstrip("+~").split("=", 1)[0] for override in overrides}
     argv = []

@@ -48,7 +48,7 @@ def explicit_option(name: str, argv: Optional[Sequence[str]] = None) -> Optional
 def allow_cpu_bf16(args: Any) -> None:
     if getattr(args, "bf16", False) and getattr(args, "tpu", False) and not torch.cuda.is_available():
         try:
-            import torch_xla  # noqa: F401
+            import torch_xla  # noqa: F401  (optional: only TPU installs have it)
         except ImportError:
             args.tpu = False
             args.cpu = True

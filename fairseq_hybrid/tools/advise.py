@@ -24,6 +24,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
+from fairseq import options, tasks
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 from .advice_report import REPLICA_LIMIT, command_line, format_report, recommendation_rows
 from ..errors import HybridConfigError
@@ -69,7 +71,6 @@ def refuse(message: str) -> None:
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
-    from fairseq import options
 
     # --arch first: fairseq's parser fails on a missing one with a bare RuntimeError
     first = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
@@ -94,8 +95,6 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def load_task_and_model(args: argparse.Namespace) -> Tuple[Any, Any, Any]:
-    from fairseq import tasks
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     cfg = convert_namespace_to_omegaconf(args)
     task = tasks.setup_task(cfg.task)
