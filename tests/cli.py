@@ -128,3 +128,18 @@ def prepared_sample(root: Path, train: int, valid: int, test: int) -> Path:
     write_sample_subset(root / "raw", train=train, valid=valid, test=test)
     preprocess(root / "raw", root / "bin")
     return root
+
+
+def train_in_process(args: List[str], monkeypatch) -> SystemExit:
+    """``fairseq-train args`` in this process, for a run that must stop with an error before
+    any work (parse-time checks): the ``SystemExit`` it raised. What the real command prints
+    for such an exit (one line, no traceback) is checked once per tool as a subprocess; this
+    checks each bad value's message and that nothing was written, without a new process
+    (the ~3 s import of torch, fairseq and its tasks)."""
+    import pytest
+    from fairseq_cli import train
+
+    monkeypatch.setattr(sys, "argv", ["fairseq-train", *args])
+    with pytest.raises(SystemExit) as raised:
+        train.cli_main()
+    return raised.value

@@ -22,3 +22,14 @@ def full_precision_reference(monkeypatch):
         return F.log_softmax(x if x.dtype == torch.float64 else x.float(), dim=dim)
 
     monkeypatch.setattr(utils, "log_softmax", log_softmax)
+
+
+@pytest.fixture(scope="session")
+def sample_data(tmp_path_factory):
+    """The bundled corpus's first 400/20/20 train/valid/test pairs, binarized once per
+    session (raw/ and bin/) and shared by the end-to-end tests that only read it: each
+    fairseq-preprocess run is a process start of several seconds. Tests write their
+    checkpoints under their own tmp_path, never here."""
+    from cli import prepared_sample
+
+    return prepared_sample(tmp_path_factory.mktemp("sample"), train=400, valid=20, test=20)
