@@ -6,6 +6,14 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# OpenMP threads that wait for work sleep instead of spinning. torch's intra-op pool (libgomp)
+# spins by default; on a busy 2-core machine (CI, or other work beside the tests) two spinning
+# threads per process made a 2-thread fairseq-train 3x slower in wall time and CPU (measured:
+# 12 updates of the scaling test's lstm 40 s / 26 CPU-s spinning, 14 s / 9 CPU-s passive); on
+# an idle machine it changes nothing measurable. Read when libgomp loads: before torch below;
+# every process the tests start inherits it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 import pytest
 import torch
