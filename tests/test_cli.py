@@ -65,7 +65,6 @@ def test_bad_values_are_one_clear_line(data, tmp_path, monkeypatch, option, valu
     save = tmp_path / "never"
     error = train_in_process([*train_args(data / "bin", save, 2), option, value], monkeypatch)
     assert str(error).startswith(f"fairseq_hybrid: error: {message}")
-    assert error.code == str(error)  # Python prints it alone on stderr and exits 1
     assert not save.exists()
 
 

@@ -96,7 +96,6 @@ def test_bad_placement_is_one_line_before_any_work(data, tmp_path, monkeypatch, 
     save = tmp_path / "save"
     error = train_in_process(bad_placement_args(data, save, devices), monkeypatch)
     assert str(error).startswith("fairseq_hybrid: error: ") and message in str(error)
-    assert error.code == str(error)  # Python prints it alone on stderr and exits 1
     assert not save.exists()
 
 
