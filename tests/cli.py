@@ -128,3 +128,21 @@ def prepared_sample(root: Path, train: int, valid: int, test: int) -> Path:
     write_sample_subset(root / "raw", train=train, valid=valid, test=test)
     preprocess(root / "raw", root / "bin")
     return root
+
+
+def train_in_process(args: List[str], monkeypatch) -> Exception:
+    """``fairseq-train args`` in this process, for a run that must stop with an error before
+    any work (parse-time checks): the ``HybridConfigError`` it raised, which the command line
+    prints as its one line (fairseq_patches.one_line_errors). How the real command prints it
+    (one line, exit 1, no traceback) is checked once per test module as a subprocess; this
+    checks each bad value's message and that nothing was written, without a new process
+    (~3 s of importing torch, fairseq and its tasks each)."""
+    import pytest
+    from fairseq_cli import train
+
+    from fairseq_hybrid.errors import HybridConfigError
+
+    monkeypatch.setattr(sys, "argv", ["fairseq-train", *args])
+    with pytest.raises(HybridConfigError) as raised:
+        train.cli_main()
+    return raised.value

@@ -6,6 +6,14 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# OpenMP threads that wait for work sleep instead of spinning. torch's intra-op pool (libgomp)
+# spins by default; on a busy 2-core machine (CI, or other work beside the tests) two spinning
+# threads per process made a 2-thread fairseq-train 3x slower in wall time and CPU (measured:
+# 12 updates of the scaling test's lstm 40 s / 26 CPU-s spinning, 14 s / 9 CPU-s passive); on
+# an idle machine it changes nothing measurable. Read when libgomp loads: before torch below;
+# every process the tests start inherits it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 import pytest
 import torch
@@ -22,3 +30,14 @@ def full_precision_reference(monkeypatch):
         return F.log_softmax(x if x.dtype == torch.float64 else x.float(), dim=dim)
 
     monkeypatch.setattr(utils, "log_softmax", log_softmax)
+
+
+@pytest.fixture(scope="session")
+def sample_data(tmp_path_factory):
+    """The bundled corpus's first 400/20/20 train/valid/test pairs, binarized once per
+    session (raw/ and bin/) and shared by the end-to-end tests that only read it: each
+    fairseq-preprocess run is a process start of several seconds. Tests write their
+    checkpoints under their own tmp_path, never here."""
+    from cli import prepared_sample
+
+    return prepared_sample(tmp_path_factory.mktemp("sample"), train=400, valid=20, test=20)

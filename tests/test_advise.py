@@ -106,10 +106,10 @@ def test_json_is_written_atomically(tmp_path):
 
 
 @pytest.mark.slow  # end to end on the bundled sample through fairseq's parser
-def test_advise_cli_on_the_sample(tmp_path):
-    from cli import BIN, USER_DIR, model_args, prepared_sample
+def test_advise_cli_on_the_sample(sample_data, tmp_path):
+    from cli import BIN, USER_DIR, model_args
 
-    data = prepared_sample(tmp_path, train=600, valid=20, test=10)
+    data = sample_data  # conftest: binarized once per session
     args = [str(data / "bin"), "--user-dir", USER_DIR, *model_args(32, 2), "--criterion", "hybrid_cross_entropy",
             "--hybrid-devices", "cpu,cpu", "--max-tokens", "400", "--link-gbps", "10",
             "--advice-json", str(tmp_path / "advice.json")]

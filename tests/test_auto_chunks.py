@@ -121,12 +121,12 @@ def test_auto_measures_chooses_logs_and_gives_the_numbers_of_that_k(caplog, opti
 
 
 @pytest.mark.slow  # end to end through fairseq-train
-def test_fairseq_train_auto_equals_the_k_it_chose_update_for_update(tmp_path):
+def test_fairseq_train_auto_equals_the_k_it_chose_update_for_update(sample_data, tmp_path):
     import re
 
-    from cli import model_args, prepared_sample, run_tool, train_args, train_losses
+    from cli import model_args, run_tool, train_args, train_losses
 
-    data = prepared_sample(tmp_path, train=300, valid=20, test=10)
+    data = sample_data  # conftest: binarized once per session
 
     def train(name, *chunks):
         args = train_args(data / "bin", model_args(32, 2, "--dropout", "0.3"), "--hybrid-devices", "cpu,cpu",

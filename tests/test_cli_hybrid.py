@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 
-from cli import USER_DIR, hypotheses, model_args, prepared_sample, run_ranks, run_tool, train_losses
+from cli import USER_DIR, hypotheses, model_args, run_ranks, run_tool, train_in_process, train_losses
 from cli import train_args as shared_train_args
 
 pytestmark = pytest.mark.slow  # end to end through fairseq's CLIs: make test runs it, -m "not slow" skips it
@@ -37,27 +37,27 @@ def weights(path):
     return torch.load(path, map_location="cpu")["model"]
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return prepared_sample(tmp_path_factory.mktemp("hybrid-e2e"), train=400, valid=30, test=20)
+@pytest.fixture
+def data(sample_data):
+    return sample_data  # conftest: binarized once per session
 
 
-def test_three_devices_train_like_one(data):
-    one = train(data, data / "one", "cpu", 20)
-    three = train(data, data / "three", "cpu,cpu,cpu", 20, chunks=3)
+def test_three_devices_train_like_one(data, tmp_path):
+    one = train(data, tmp_path / "one", "cpu", 20)
+    three = train(data, tmp_path / "three", "cpu,cpu,cpu", 20, chunks=3)
     assert "3 device(s), 3 pipeline chunk(s)" in three.stdout + three.stderr
     losses_one, losses_three = per_update_losses(one), per_update_losses(three)
     assert sorted(losses_one) == list(range(1, 21))
     assert losses_three == losses_one
-    reference = weights(data / "one" / "checkpoint_last.pt")
-    hybrid = weights(data / "three" / "checkpoint_last.pt")
+    reference = weights(tmp_path / "one" / "checkpoint_last.pt")
+    hybrid = weights(tmp_path / "three" / "checkpoint_last.pt")
     assert reference.keys() == hybrid.keys()
     for name in reference:
         torch.testing.assert_close(hybrid[name], reference[name], rtol=1e-4, atol=1e-5)
 
 
-def test_checkpoints_are_placement_free(data):
-    save = data / "portable"
+def test_checkpoints_are_placement_free(data, tmp_path):
+    save = tmp_path / "portable"
     train(data, save, "cpu,cpu,cpu", 6, chunks=2, extra=["--save-interval-updates", "3"])
     resumed = train(data, save, "cpu", 9)
     log = resumed.stdout + resumed.stderr
@@ -79,53 +79,64 @@ def test_checkpoints_are_placement_free(data):
     assert outputs["cpu,cpu"] == outputs["cpu"]
 
 
+def bad_placement_args(data, save, devices):
+    return [str(data / "bin"), "--user-dir", USER_DIR, *MODEL, "--hybrid-devices", devices,
+            "--criterion", "hybrid_cross_entropy", "--max-tokens", "300", "--save-dir", str(save)]
+
+
 @pytest.mark.parametrize("devices,message", [
     ("cuda:9", "--hybrid-devices 'cuda:9': cuda:9 is not available"),
     ("cpu,cpu,cpu,cpu,cpu", "--hybrid-devices 'cpu,cpu,cpu,cpu,cpu' lists 5 devices for 3 encoder / 3 decoder layers"),
     ("cpu,,cpu", "--hybrid-devices 'cpu,,cpu' has an empty entry"),
     ("tpu:0", "unknown device 'tpu:0'"),
 ])
-def test_bad_placement_is_one_line_before_any_work(data, tmp_path, devices, message):
+def test_bad_placement_is_one_line_before_any_work(data, tmp_path, monkeypatch, devices, message):
+    """In this process (cli.train_in_process): the message, and nothing written; the next
+    test checks how the real command prints it."""
     save = tmp_path / "save"
-    proc = run_tool("fairseq-train", [
-        str(data / "bin"), "--user-dir", USER_DIR, *MODEL, "--hybrid-devices", devices,
-        "--criterion", "hybrid_cross_entropy", "--max-tokens", "300", "--save-dir", str(save),
-    ], cwd=data, check=False)
-    assert proc.returncode != 0
+    error = train_in_process(bad_placement_args(data, save, devices), monkeypatch)
+    assert str(error).startswith("fairseq_hybrid: error: ") and message in str(error)
+    assert not save.exists()
+
+
+def test_a_bad_placement_is_one_line_on_fairseq_trains_stderr(data, tmp_path):
+    save = tmp_path / "save"
+    proc = run_tool("fairseq-train", bad_placement_args(data, save, "cpu,,cpu"), cwd=data, check=False)
+    assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("fairseq_hybrid: error: ") and message in last, proc.stderr[-2000:]
+    assert last.startswith("fairseq_hybrid: error: --hybrid-devices 'cpu,,cpu' has an empty entry"), \
+        proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert not save.exists()
 
 
-def test_zero_chunks_is_rejected(data, tmp_path):
-    proc = run_tool("fairseq-train", [
+def test_zero_chunks_is_rejected(data, tmp_path, monkeypatch):
+    error = train_in_process([
         str(data / "bin"), "--user-dir", USER_DIR, *MODEL, "--pipeline-chunks", "0",
         "--criterion", "hybrid_cross_entropy", "--max-tokens", "300",
         "--save-dir", str(tmp_path / "save"),
-    ], cwd=data, check=False)
-    assert proc.returncode != 0
-    assert "--pipeline-chunks 0 is not allowed: an integer >= 1" in proc.stderr.strip().splitlines()[-1]
+    ], monkeypatch)
+    assert "--pipeline-chunks 0 is not allowed: an integer >= 1" in str(error)
 
 
-def test_two_processes_make_the_update_of_one_process_on_both_batches(data):
+def test_two_processes_make_the_update_of_one_process_on_both_batches(data, tmp_path):
     """fairseq's own data parallelism (gloo) around the hybrid model: 2 processes x 2 CPU
     devices make the same updates as 1 process that sees both processes' batches
     (--update-freq 2 groups the same two batches that 2 ranks take)."""
-    one = train(data, data / "dp-one", "cpu,cpu", 6, chunks=2, extra=["--update-freq", "2"])
-    ranks = run_ranks("fairseq-train", train_args(data, data / "dp-two", "cpu,cpu", 6, chunks=2),
+    one = train(data, tmp_path / "dp-one", "cpu,cpu", 6, chunks=2, extra=["--update-freq", "2"])
+    ranks = run_ranks("fairseq-train", train_args(data, tmp_path / "dp-two", "cpu,cpu", 6, chunks=2),
                       world_size=2, cwd=data)
     losses_two = per_update_losses(ranks[0])
     assert sorted(losses_two) == list(range(1, 7))
     assert losses_two == per_update_losses(one)
-    reference = weights(data / "dp-one" / "checkpoint_last.pt")
-    two = weights(data / "dp-two" / "checkpoint_last.pt")
+    reference = weights(tmp_path / "dp-one" / "checkpoint_last.pt")
+    two = weights(tmp_path / "dp-two" / "checkpoint_last.pt")
     for name in reference:
         torch.testing.assert_close(two[name], reference[name], rtol=1e-4, atol=1e-5)
 
 
-def test_bf16_trains_on_cpu_devices(data):
-    proc = train(data, data / "bf16", "cpu,cpu", 5, chunks=2, extra=["--bf16"])
+def test_bf16_trains_on_cpu_devices(data, tmp_path):
+    proc = train(data, tmp_path / "bf16", "cpu,cpu", 5, chunks=2, extra=["--bf16"])
     losses = per_update_losses(proc)
     assert sorted(losses) == [1, 2, 3, 4, 5]
     assert all(0 < float(v) < 20 for v in losses.values())

@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from cli import BIN, REPO, USER_DIR, hypotheses, prepared_sample, run_tool
+from cli import BIN, REPO, USER_DIR, hypotheses, run_tool
 
 pytestmark = pytest.mark.slow  # end to end through fairseq's CLIs: make test runs it, -m "not slow" skips it
 
@@ -29,9 +29,9 @@ SMALL = [
 ]
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return prepared_sample(tmp_path_factory.mktemp("hydra"), train=200, valid=20, test=20)
+@pytest.fixture
+def data(sample_data):
+    return sample_data  # conftest: binarized once per session
 
 
 def hydra_train(config: str, overrides, check=True, config_dir: Path = CONFIG_DIR, flags=()):
