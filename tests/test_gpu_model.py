@@ -130,3 +130,18 @@ def test_the_profile_report_prints_its_assumptions_ddp_and_a_pcie_row(tmp_path):
     assert bad.returncode != 0 and "--link 'fast'" in bad.stderr and "Traceback" not in bad.stderr
 
 
+
+
+def test_a_measured_profile_has_positive_rates_and_feeds_the_analytic_model():
+    from fairseq_hybrid.perfmodel.rates import measure_profile
+
+    model, batch = ModelSize(1, 16, 16, 50), BatchSize(4, 3, 3)
+    profile = measure_profile(model, batch, "cpu", threads=1, repeats=1)
+    assert profile.name == "cpu" and profile.activation_bytes == 4
+    for rate in (profile.gemm_flops, profile.lstm_flops, profile.memory_bytes_per_s,
+                 profile.random_elements_per_s):
+        assert rate > 0
+    assert 0 < profile.kernel_overhead_s < 0.1 and 0 < profile.cell_overhead_s < 1
+    assert "measured on cpu with 1 thread(s)" in profile.lines()[0]
+    stage = stage_times_from_profile(model, batch, profile, [1, 2], [1, 2])
+    assert predict_step(stage, 2, 2, "cycle")["total"] > 0
