@@ -135,7 +135,7 @@ def test_the_profile_report_prints_its_assumptions_ddp_and_a_pcie_row(tmp_path):
 def test_a_measured_profile_has_positive_rates_and_feeds_the_analytic_model():
     from fairseq_hybrid.perfmodel.rates import measure_profile
 
-    model, batch = ModelSize(1, 16, 16, 50), BatchSize(4, 3, 3)
+    model, batch = ModelSize(2, 16, 16, 50), BatchSize(4, 3, 3)
     profile = measure_profile(model, batch, "cpu", threads=1, repeats=1)
     assert profile.name == "cpu" and profile.activation_bytes == 4
     for rate in (profile.gemm_flops, profile.lstm_flops, profile.memory_bytes_per_s,
