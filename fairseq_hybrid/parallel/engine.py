@@ -43,14 +43,19 @@ class HybridEngine:
         self.transfers = Transfers(plan.devices)
         self.head_replicas = HeadReplicas(self.transfers)
         self.pipeline = WavefrontPipeline.for_model(model, plan, workers, self.transfers)
-        # where the features H and S come from (device indices): the top layers' devices,
-        # or device 0 for the step-by-step decoder of input feeding and the plain model
-        self._sources = (0, 0)
 
     @property
     def ledger(self) -> TransferLedger:
         """Bytes copied between devices per route and phase, since the last ``clear``."""
         return self.transfers.ledger
+
+    @property
+    def head_input_devices(self) -> Tuple[int, int]:
+        """Device indices of H and of S as ``features`` returns them: the top layers'
+        device (device 0 on one device), except H of input feeding's step-by-step decoder,
+        which attends and combines on device 0."""
+        top = self.plan.layer_device[-1]
+        return (0 if self.model.decoder.input_feeding else top), top
 
     @property
     def plain(self) -> bool:
@@ -65,17 +70,13 @@ class HybridEngine:
         ``forward(..., features_only=True)`` gives them."""
         master = self.plan.master
         src_tokens, prev_output_tokens = src_tokens.to(master), prev_output_tokens.to(master)
-        self._sources = (0, 0)
         if self.plain:
             features, extra = self.model(
                 src_tokens, src_lengths, prev_output_tokens, features_only=True
             )
             return features, extra["encoder_out"]
-        top = self.plan.layer_device[-1]
-        draws = self.model.draw_step(
-            src_tokens, prev_output_tokens,
-            top_device=self.plan.device_of_layer(self.model.encoder.num_layers - 1),
-        )
+        draws = self.model.draw_step(src_tokens, prev_output_tokens,
+                                     top_device=self.plan.devices[self.plan.layer_device[-1]])
         source, target, masks = pipeline_inputs(draws)
         out = self.pipeline.run(source, src_lengths, target, masks)
         if draws.decoder is None:
@@ -87,9 +88,7 @@ class HybridEngine:
                 out.encoder_top, out.encoder_finals, src_tokens, draws.encoder
             )
             features, _ = self.model.decoder.extract_features(prev_output_tokens, encoder_out)
-            self._sources = (0, top)
             return features, encoder_out
-        self._sources = (top, top)
         encoder_out = self.model.encoder.attention_inputs(out.encoder_top, draws.encoder)
         return out.decoder_top.transpose(0, 1), encoder_out
 
@@ -102,7 +101,7 @@ class HybridEngine:
         (``head_shards``), the same way for every device kind."""
         head = self.model.decoder.head
         master = self.plan.master
-        from_h, from_s = self._sources
+        from_h, from_s = self.head_input_devices
         padding_mask = encoder_out["encoder_padding_mask"].to(master)  # made on device 0
         sources, target = encoder_out["encoder_out"], target.to(master)
         if self.plan.head_devices == 1:  # H and S gathered on device 0, gradients back

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Callable, List, Optional, Protocol, Tuple
+from typing import Callable, Dict, List, Optional, Protocol, Tuple
 
 from torch import Tensor
 
@@ -62,8 +62,7 @@ class HybridRuntime:
     def plan(self, chunks: Optional[int] = None) -> PlacementPlan:
         """The plan of the current options (``chunks`` overrides; auto plans 1 until the
         engine has chosen)."""
-        encoder, decoder = self.model.encoder, self.model.decoder
-        return plan_for(self.options, encoder.num_layers, decoder.num_layers, chunks)
+        return self._plan_of(self.options, chunks)
 
     def place(self, plan: PlacementPlan) -> None:
         """Put the model's layers where ``plan`` says, and keep them there."""
@@ -111,7 +110,6 @@ class HybridRuntime:
                                                  src_lengths, prev.to(master))
                 plan = replace(plan, chunks=self.choice.chunks)
                 note = " (auto)"
-            self.place(plan)
         lines = [plan.table(note)]
         if self.choice is not None:
             lines += ["  " + line for line in self.choice.lines()]
@@ -126,25 +124,27 @@ class HybridRuntime:
         ``--pipeline-chunks`` takes it): the current engine's workers are closed and the
         next training step builds a new engine (and resolves auto chunks on its batch)."""
         self.close()
-        if "chunks" in changes:
-            changes["chunks"] = parse_chunks(changes["chunks"])
-        self.options = replace(self.options, **changes)
+        self.options = self._changed(changes)
         self.cpu_threads = cpu_threads or self.cpu_threads
         self.choice = None
 
     def build_engine(self, **changes: object) -> HybridEngine:
         """Another engine for the options updated by ``changes``, kept beside the current
         one (a benchmark keeps several placements warm); ``use_engine`` switches."""
-        if "chunks" in changes:
-            changes["chunks"] = parse_chunks(changes["chunks"])
-        plan = self._plan_of(replace(self.options, **changes))
+        plan = self._plan_of(self._changed(changes))
         engine = HybridEngine(self.model, plan, DeviceWorkers(plan.devices, self.cpu_threads))
         self._retired.append(engine)
         return engine
 
-    def _plan_of(self, options: PlacementOptions) -> PlacementPlan:
+    def _changed(self, changes: Dict[str, object]) -> PlacementOptions:
+        """The current options with ``changes`` (``chunks`` parsed as the option is)."""
+        if "chunks" in changes:
+            changes = {**changes, "chunks": parse_chunks(changes["chunks"])}
+        return replace(self.options, **changes)
+
+    def _plan_of(self, options: PlacementOptions, chunks: Optional[int] = None) -> PlacementPlan:
         encoder, decoder = self.model.encoder, self.model.decoder
-        return plan_for(options, encoder.num_layers, decoder.num_layers)
+        return plan_for(options, encoder.num_layers, decoder.num_layers, chunks)
 
     def use_engine(self, engine: HybridEngine) -> None:
         """Train through ``engine`` (from ``build_engine``) from now on, the model placed
