@@ -13,9 +13,16 @@ import time
 from dataclasses import asdict
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import torch
+
+from fairseq_hybrid.perfmodel.analytic import stage_times_from_profile
 from fairseq_hybrid.perfmodel.compare import SchemePrediction, compare, compare_profile, fastest
 from fairseq_hybrid.perfmodel.profiles import LINKS, PROFILES, DeviceProfile, sensitivity_variants, with_link
+from fairseq_hybrid.perfmodel.rates import measure_profile
+from fairseq_hybrid.perfmodel.simulate import predict_step
 from fairseq_hybrid.perfmodel.sizes import PRESETS, BatchSize, Link, ModelSize
+
+from .models import measure_stage_times
 
 MODELLED = "modelled, not measured: no GPU has run this"
 SCHEMES = (("hybrid", "hybrid (today's schedule)"), ("ddp_same_batch", "DDP, same global batch"),
@@ -79,8 +86,6 @@ def profile_report(profile_name: str, preset: str, device_counts: Sequence[int],
 def measured_report(device: str, preset: str, device_counts: Sequence[int],
                     chunk_counts: Sequence[int], link: Link, repeats: int = 3) -> Dict[str, Any]:
     """The same comparison from stage times measured on ``device`` (this machine)."""
-    from .models import measure_stage_times
-
     spec = PRESETS[preset]
     batch = spec.batch
 
@@ -143,8 +148,6 @@ CHECKED_PARTS = ("embeddings_forward", "embeddings_backward", "pipeline_forward"
 
 def profile_for(device: str) -> str:
     """The named profile closest to the GPU ``device`` is (h100-sxm when none matches)."""
-    import torch
-
     name = torch.cuda.get_device_name(torch.device(device)).lower()
     for key, profile in (("h100", "h100-sxm"), ("h200", "h100-sxm"), ("a100", "a100-sxm"),
                          ("v100", "v100")):
@@ -160,14 +163,6 @@ def check_report(preset: str, repeats: int = 3, threads: int = 1, device: str = 
     profile closest to it, in bfloat16) against stage times measured directly on
     ``device``, part by part of the one-device step, and the 2-device speedups each
     predicts (the CPU's schedule on CPU devices, the GPU's dataflow on GPUs)."""
-    import torch
-
-    from fairseq_hybrid.perfmodel.analytic import stage_times_from_profile
-    from fairseq_hybrid.perfmodel.rates import measure_profile
-    from fairseq_hybrid.perfmodel.simulate import predict_step
-
-    from .models import measure_stage_times
-
     spec = PRESETS[preset]
     batch = spec.batch if device == "cpu" else (spec.gpu_batch or spec.batch)
     if sentences:

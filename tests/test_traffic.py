@@ -5,9 +5,13 @@ import pytest
 import torch
 
 from fairseq_hybrid.parallel.transfer import PHASES, TransferLedger, Transfers
-from fairseq_hybrid.perfmodel.traffic import StepShapes, by_phase, today
+from fairseq_hybrid.perfmodel.traffic import StepShapes, today
 from fairseq_hybrid.plugin.criterion import HybridCrossEntropyCriterion
 from helpers import make_batch, make_dictionary, make_model, make_task, random_lengths
+
+
+def by_phase(routes):
+    return {phase for (_, _, phase), nbytes in routes.items() if nbytes}
 
 
 def shapes_of(model, batch, dictionary) -> StepShapes:
@@ -46,7 +50,7 @@ def test_the_model_charges_exactly_what_a_real_step_copies(devices, chunks):
         model.runtime.close()
     predicted = today(plan.layer_device, devices, shapes_of(model, batch, dictionary))
     assert recorded == predicted
-    assert set(by_phase(recorded)) == set(PHASES)  # every phase moved something
+    assert by_phase(recorded) == set(PHASES)  # every phase moved something
 
 
 def test_one_device_moves_nothing_and_the_head_on_device_0_only_gathers():
@@ -67,7 +71,7 @@ def test_one_device_moves_nothing_and_the_head_on_device_0_only_gathers():
             model.runtime.close()
         shapes = shapes_of(model, batch, dictionary)
         assert recorded == today(plan.layer_device, plan.num_devices, shapes, split_head=split)
-        assert set(by_phase(recorded)) == expected_phases
+        assert by_phase(recorded) == expected_phases
 
 
 def test_the_ledger_counts_by_index_and_a_move_counts_its_gradient_back():

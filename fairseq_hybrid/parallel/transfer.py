@@ -30,24 +30,21 @@ Route = Tuple[int, int, str]  # (source index, destination index, phase)
 
 
 class TransferLedger:
-    """Bytes and copy counts per route, safe to record from the device workers."""
+    """Bytes per route, safe to record from the device workers."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.bytes: Dict[Route, int] = defaultdict(int)
-        self.copies: Dict[Route, int] = defaultdict(int)
 
     def record(self, source: int, destination: int, phase: str, nbytes: int) -> None:
         if phase not in PHASES:
             raise ValueError(f"phase {phase!r}: one of {PHASES}")
         with self._lock:
             self.bytes[(source, destination, phase)] += nbytes
-            self.copies[(source, destination, phase)] += 1
 
     def clear(self) -> None:
         with self._lock:
             self.bytes.clear()
-            self.copies.clear()
 
     def snapshot(self) -> Dict[Route, int]:
         """Bytes per route so far (routes with bytes only)."""

@@ -95,10 +95,3 @@ def today(layer_device: Sequence[int], num_devices: int, shapes: StepShapes,
         add(0, worker, "head_backward", s.loss_bytes)  # the loss gradient
         add(worker, 0, "head_backward", s.head_param_bytes)
     return dict(routes)
-
-
-def by_phase(routes: Dict[Route, int]) -> Dict[str, int]:
-    totals: Dict[str, int] = defaultdict(int)
-    for (_, _, phase), nbytes in routes.items():
-        totals[phase] += nbytes
-    return dict(totals)
