@@ -21,13 +21,18 @@ demo: install
 	$(VENV)/bin/python -c "import fairseq_hybrid" 2>/dev/null
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash recipes/sample/run.sh
 
-test: install
-	$(VENV)/bin/python -m pytest -q
+# The suite on both cores of a 2-core machine (at most 4 workers on a bigger one): pytest-xdist,
+# tests handed out as workers free up (most of the time is fairseq CLI runs, one core each).
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+PYTEST := $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
-# Everyday loop: the suite without the end-to-end runs marked slow (< 4 min on 2 cores),
+test: install
+	$(PYTEST)
+
+# Everyday loop: the suite without the end-to-end runs marked slow (~2 min on 2 cores),
 # after the linter. `make test` runs everything.
 test-fast: install lint
-	$(VENV)/bin/python -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 lint: install
 	$(VENV)/bin/ruff check .
@@ -36,7 +41,7 @@ lint: install
 # included; fails if a module of fairseq_hybrid/ with >= 40 statements is below 90%.
 coverage: install
 	rm -f .coverage .coverage.*
-	COVERAGE_FILE=$(CURDIR)/.coverage $(VENV)/bin/python -m coverage run -m pytest -q
+	COVERAGE_FILE=$(CURDIR)/.coverage $(VENV)/bin/python -m coverage run -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 	COVERAGE_FILE=$(CURDIR)/.coverage $(VENV)/bin/python -m coverage combine -q
 	COVERAGE_FILE=$(CURDIR)/.coverage $(VENV)/bin/python -m coverage report
 	COVERAGE_FILE=$(CURDIR)/.coverage $(VENV)/bin/python tests/coverage_gate.py
