@@ -32,12 +32,28 @@ def full_precision_reference(monkeypatch):
     monkeypatch.setattr(utils, "log_softmax", log_softmax)
 
 
+def pytest_collection_modifyitems(config, items):
+    """The end-to-end tests (marked slow, seconds to a minute each) first: ``make test``
+    hands tests to its workers in this order, and a long test started last would leave the
+    other worker idle at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session")
-def sample_data(tmp_path_factory):
+def sample_data(tmp_path_factory, worker_id):
     """The bundled corpus's first 400/20/20 train/valid/test pairs, binarized once per
-    session (raw/ and bin/) and shared by the end-to-end tests that only read it: each
+    run (raw/ and bin/) and shared by the end-to-end tests that only read it — by every
+    pytest-xdist worker too (the first one prepares it under a lock): each
     fairseq-preprocess run is a process start of several seconds. Tests write their
     checkpoints under their own tmp_path, never here."""
     from cli import prepared_sample
+    from filelock import FileLock
 
-    return prepared_sample(tmp_path_factory.mktemp("sample"), train=400, valid=20, test=20)
+    if worker_id == "master":  # not under xdist
+        return prepared_sample(tmp_path_factory.mktemp("sample"), train=400, valid=20, test=20)
+    shared = tmp_path_factory.getbasetemp().parent / "sample"
+    with FileLock(str(shared) + ".lock"):
+        if not (shared / ".prepared").exists():
+            prepared_sample(shared, train=400, valid=20, test=20)
+            (shared / ".prepared").touch()
+    return shared
