@@ -130,6 +130,27 @@ def prepared_sample(root: Path, train: int, valid: int, test: int) -> Path:
     return root
 
 
+def train_error_in_process(args: List[str], monkeypatch) -> str:
+    """The one line ``fairseq-train args`` stops with, run in this process: for errors that
+    reach fairseq's ``call_main`` (data, precision) as for parse-time ones. Each test module
+    that uses it checks the real command's output (one line, no traceback) once as a
+    subprocess."""
+    from fairseq_cli import train
+
+    from fairseq_hybrid.errors import hybrid_error_in
+
+    monkeypatch.setattr(sys, "argv", ["fairseq-train", *args])
+    try:
+        train.cli_main()
+    except SystemExit as stopped:
+        return str(stopped.code)
+    except Exception as error:  # noqa: BLE001 - the command line prints it as one line
+        line = hybrid_error_in(error)
+        assert line is not None, f"not a one-line error: {error!r}"
+        return str(line)
+    raise AssertionError(f"fairseq-train {' '.join(args)} did not fail")
+
+
 def train_in_process(args: List[str], monkeypatch) -> Exception:
     """``fairseq-train args`` in this process, for a run that must stop with an error before
     any work (parse-time checks): the ``HybridConfigError`` it raised, which the command line
