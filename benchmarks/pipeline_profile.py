@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from fairseq_hybrid.perfmodel.analytic import stage_times_from_profile
+from fairseq_hybrid.perfmodel.planned import PLANNED_LADDER, STEPS, planned_speedups
 from fairseq_hybrid.perfmodel.compare import SchemePrediction, compare, compare_profile, fastest
 from fairseq_hybrid.perfmodel.profiles import LINKS, PROFILES, DeviceProfile, sensitivity_variants, with_link
 from fairseq_hybrid.perfmodel.rates import measure_profile
@@ -80,7 +81,29 @@ def profile_report(profile_name: str, preset: str, device_counts: Sequence[int],
             name: next(p.speedup for p in rows[name] if p.devices == largest)
             for name, _ in SCHEMES
         }
+    report["planned"] = planned_report(profile, model, batch, largest, chunk_counts, links)
     return report
+
+
+def planned_report(profile: DeviceProfile, model: ModelSize, batch: BatchSize, devices: int,
+                   chunk_counts: Sequence[int], links: Dict[str, Link]) -> Dict[str, Any]:
+    """The planned schedule's steps (``perfmodel.planned``), cumulatively, on ``devices``
+    devices over each link, and the whole plan across the sensitivity range."""
+    if devices < 2:
+        return {}
+    out: Dict[str, Any] = {"devices": devices, "links": {}, "sensitivity": {}}
+    for label, link in links.items():
+        stage = stage_times_from_profile(model, batch, with_link(profile, link), chunk_counts,
+                                         [1, devices])
+        out["links"][label] = [
+            {"steps": list(steps), "chunks": k, "speedup": speedup}
+            for steps, (k, speedup) in planned_speedups(stage, devices, chunk_counts, link,
+                                                        PLANNED_LADDER).items()]
+    for label, variant in {"as profiled": profile, **sensitivity_variants(profile)}.items():
+        stage = stage_times_from_profile(model, batch, variant, chunk_counts, [1, devices])
+        best = planned_speedups(stage, devices, chunk_counts, variant.link, [STEPS])
+        out["sensitivity"][label] = best[tuple(STEPS)][1]
+    return out
 
 
 def measured_report(device: str, preset: str, device_counts: Sequence[int],
@@ -139,6 +162,17 @@ def format_profile_report(report: Dict[str, Any]) -> str:
         for name, title in SCHEMES:
             values = [v[name] for v in report["sensitivity"].values()]
             lines.append(f"  range {title}: {min(values):.2f}x - {max(values):.2f}x")
+    planned = report.get("planned")
+    if planned:
+        lines += ["", f"the planned schedule (perfmodel/planned.py), {planned['devices']} devices, "
+                  "steps added one by one:"]
+        for label, rows in planned["links"].items():
+            lines.append(f"  link {label}:")
+            for row in rows:
+                lines.append(f"    {' + '.join(row['steps']) or 'today':<52} "
+                             f"{row['speedup']:.2f}x K{row['chunks']}")
+        values = list(planned["sensitivity"].values())
+        lines.append(f"  every step, sensitivity range: {min(values):.2f}x - {max(values):.2f}x")
     return "\n".join(lines)
 
 
