@@ -16,7 +16,7 @@ Generation never uses the engine: it runs the plain model on one device.
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import List, Tuple
 
 import torch
 from torch import Tensor
@@ -26,7 +26,7 @@ from .interface import HybridModel
 from .head_shards import HeadReplicas, ShardInputs, plan_shards, sharded_head_loss
 from ..model.loss import HeadLoss, TokenLoss
 from .pipeline import WavefrontPipeline, pipeline_inputs
-from .placement import PlacementPlan
+from .placement import PlacementPlan, shard_bounds
 from .transfer import TransferLedger, Transfers
 from .worker import DeviceWorkers
 
@@ -75,6 +75,8 @@ class HybridEngine:
                 src_tokens, src_lengths, prev_output_tokens, features_only=True
             )
             return features, extra["encoder_out"]
+        if self.plan.head_devices > 1:  # the head's replicas, while the pipeline starts
+            self.head_replicas.refresh(self.model.decoder.head, self.shard_workers(src_tokens.size(0)))
         draws = self.model.draw_step(src_tokens, prev_output_tokens,
                                      top_device=self.plan.devices[self.plan.layer_device[-1]])
         source, target, masks = pipeline_inputs(draws)
@@ -93,6 +95,12 @@ class HybridEngine:
         return out.decoder_top.transpose(0, 1), encoder_out
 
     # ------------------------------------------------------- data parallel
+    def shard_workers(self, sentences: int) -> List[int]:
+        """The workers that get a head shard of a batch of ``sentences`` sentences."""
+        return [worker for worker, (start, end)
+                in enumerate(shard_bounds(sentences, self.plan.num_devices)) if end > start]
+
+
     def head_loss(
         self, features: Tensor, encoder_out: EncoderOut, target: Tensor, loss_fn: TokenLoss
     ) -> HeadLoss:

@@ -1,7 +1,8 @@
 """The head's data parallelism, in one place: sentences split into one ``Shard`` per
 device, each shard's head + loss run forward *and backward* on its device's worker, the
 shard losses summed on device 0 and the head's parameter gradients reduced to the master
-copy. One mechanism for every device kind (CPU devices, GPUs, a mix, a repeated GPU).
+copy (one coalesced reduction, ``Transfers.reduce_add``). One mechanism for every device
+kind (CPU devices, GPUs, a mix, a repeated GPU).
 
 How: the shards are one autograd node (``_ShardedHead``). Its forward runs each shard on
 its worker from detached leaves (a slice of H and S, and the head's parameters, seen
@@ -17,8 +18,9 @@ runs alone on its device (on GPUs the device that runs this node's backward runs
 shard itself: ``worker.autograd_device_thread``).
 
 Each worker computes with its own replica of the head (``HeadReplicas``) whose parameters
-share the master's storage on the master's device and are copied to other devices (the
-broadcast of torch's ``replicate``): no two threads ever swap one module's parameters
+share the master's storage on the master's device and are broadcast to the other devices
+at the start of the step (as torch's ``replicate`` does): no two threads ever swap one
+module's parameters
 (``functional_call`` would, and a checkpointed chunk's recompute in backward would then
 see the wrong ones). Without grad (validation) the same node runs forward only.
 """
@@ -62,27 +64,42 @@ def plan_shards(tokens_per_sentence: Sequence[int], num_devices: int) -> List[Sh
 
 
 class HeadReplicas:
-    """One replica of the head per worker, made once; before each step its parameters are
-    pointed at the master's (``.data``: shared storage on device 0, a copy on another
-    device) and its gradients cleared, so each replica's ``.grad`` holds exactly its
-    shard's contribution."""
+    """One replica of the head per worker, made once. At the start of each step
+    (``refresh``, from ``HybridEngine.features``) every replica's parameters are set to
+    the master's values — the master's own tensors on its device, one broadcast to the
+    others, overlapping the pipeline's first cells instead of waiting between its forward
+    and the head — with their gradients cleared, so each replica's ``.grad`` then holds
+    exactly its shard's contribution. A head run without a refresh since the last one
+    (a caller that skips ``features``) refreshes first."""
 
     def __init__(self, transfers: Transfers) -> None:
         self._replicas: Dict[int, AttentionHead] = {}
+        self._fresh: Tuple[int, ...] = ()  # the workers refreshed for the coming head run
         self.transfers = transfers
 
-    def for_worker(self, worker: int, head: AttentionHead) -> AttentionHead:
-        replica = self._replicas.get(worker)
-        if replica is None:
-            replica = self._replicas[worker] = copy.deepcopy(head)
-        replica.train(head.training)
-        own = dict(replica.named_parameters())
-        for name, param in head.named_parameters():
-            target = own[name]
-            target.data = self.transfers.to(param.data, 0, worker, "head_params")
-            target.requires_grad_(param.requires_grad)
-            target.grad = None
-        return replica
+    def refresh(self, head: AttentionHead, workers: Sequence[int]) -> None:
+        params = list(head.named_parameters())
+        values = self.transfers.broadcast([p.data for _, p in params], 0, workers, "head_params")
+        for worker in workers:
+            replica = self._replicas.get(worker)
+            if replica is None:
+                replica = self._replicas[worker] = copy.deepcopy(head)
+            own = dict(replica.named_parameters())
+            for (name, param), value in zip(params, values[worker]):
+                target = own[name]
+                target.data = value
+                target.requires_grad_(param.requires_grad)
+                target.grad = None
+        self._fresh = tuple(workers)
+
+    def for_shards(self, head: AttentionHead, workers: Sequence[int]) -> Dict[int, AttentionHead]:
+        """The replicas of ``workers`` for one head run, refreshed unless they just were."""
+        if self._fresh != tuple(workers):
+            self.refresh(head, workers)
+        self._fresh = ()
+        for worker in workers:
+            self._replicas[worker].train(head.training)
+        return {worker: self._replicas[worker] for worker in workers}
 
 
 @dataclass
@@ -141,18 +158,18 @@ class _ShardedHead(torch.autograd.Function):
         from_h, from_s = ctx.sources
         feature_grad = torch.zeros_like(features) if features.requires_grad else None
         source_grad = torch.zeros_like(sources) if sources.requires_grad else None
-        param_grads: List[Optional[Tensor]] = [None] * n_params
         for shard, (_, leaves) in zip(run.shards, ctx.outputs):
             start, end = shard.sentences
-            f_leaf, s_leaf, replica_params = leaves
+            f_leaf, s_leaf, _ = leaves
             if feature_grad is not None and f_leaf.grad is not None:  # dH straight back
                 feature_grad[start:end] = move.to(f_leaf.grad, shard.worker, from_h, phase)
             if source_grad is not None and s_leaf.grad is not None:
                 source_grad[start:end] = move.to(s_leaf.grad, shard.worker, from_s, phase)
-            for i, param in enumerate(replica_params):
-                if param.grad is not None:
-                    grad = move.to(param.grad, shard.worker, 0, phase)
-                    param_grads[i] = grad if param_grads[i] is None else param_grads[i] + grad
+        # the data-parallel reduction: the replicas' gradients summed onto the master
+        param_grads = move.reduce_add(
+            {shard.worker: [p.grad for p in leaves[2]] for shard, (_, leaves) in
+             zip(run.shards, ctx.outputs)}, 0, phase)
+        param_grads += [None] * (n_params - len(param_grads))
         ctx.outputs = None  # free the shards' graphs
         return (None, None, feature_grad, source_grad, *param_grads)
 
@@ -211,7 +228,7 @@ def sharded_head_loss(
     params = dict(head.named_parameters())
     run = ShardedHeadRun(
         workers, replicas.transfers, shards,
-        {shard.worker: replicas.for_worker(shard.worker, head) for shard in shards},
+        replicas.for_shards(head, [shard.worker for shard in shards]),
         loss_fn, list(params), torch.is_grad_enabled(),
     )
     loss, nll, correct = _ShardedHead.apply(

@@ -10,19 +10,26 @@ Phases, in the order today's step runs them:
   state to device 0 for the bridge and the bridged state to the decoder layer's device.
 - ``head_forward``: H and S gathered on device 0, each shard's slices (and target,
   padding mask, combine mask) to the shard's device, the shard losses back.
-- ``head_params``: the head's parameters to each replica.
-- ``head_backward``: the loss gradient to each shard, the slices' and the replicas'
-  gradients back to device 0, dH and dS back to the top layers' devices.
+- ``head_params``: the head's parameters to each replica, at the start of the step (one
+  broadcast).
+- ``head_backward``: the loss gradient to each shard, dH and dS back to the top layers'
+  devices, the replicas' gradients summed onto device 0 (one reduction).
+
+The two collectives (``broadcast``, ``reduce_add``) are recorded as the transfers they
+stand for (the source to each destination, each source to the destination); on distinct
+GPUs each is one coalesced NCCL call (``torch.nn.parallel.comm``), which moves the same bytes
+along a ring instead of one copy after another from device 0.
 - ``pipeline_backward``: output and state gradients, the reverse of the forward's.
 """
 from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
+from torch.nn.parallel import comm
 
 PHASES = ("pipeline_forward", "head_forward", "head_params", "head_backward",
           "pipeline_backward")
@@ -70,6 +77,57 @@ class Transfers:
             self.ledger.record(source, destination, phase, nbytes(tensor))
         return tensor.to(self.devices[destination])
 
+    def broadcast(self, tensors: Sequence[Tensor], source: int, destinations: Sequence[int],
+                  phase: str) -> Dict[int, List[Tensor]]:
+        """``tensors`` (on device ``source``) on each of ``destinations``: the same tensors
+        where a destination is the source's device, else copies — one coalesced collective
+        when they are all distinct GPUs."""
+        out: Dict[int, List[Tensor]] = {}
+        copies = []
+        for index in destinations:
+            if index != source:
+                for tensor in tensors:
+                    self.ledger.record(source, index, phase, nbytes(tensor))
+            if self.devices[index] == self.devices[source]:
+                out[index] = list(tensors)
+            else:
+                copies.append(index)
+        if copies and _distinct_gpus([self.devices[source], *(self.devices[i] for i in copies)]):
+            results = comm.broadcast_coalesced(
+                list(tensors), [self.devices[source], *(self.devices[i] for i in copies)])
+            out.update({index: list(result) for index, result in zip(copies, results[1:])})
+        else:
+            out.update({index: [t.to(self.devices[index]) for t in tensors] for index in copies})
+        return out
+
+    def reduce_add(self, tensors: Dict[int, List[Optional[Tensor]]], destination: int,
+                   phase: str) -> List[Optional[Tensor]]:
+        """Elementwise sums onto device ``destination`` of each position of the lists in
+        ``tensors`` (device index -> tensors on that device; None: no contribution), in
+        the order of the indices — one coalesced collective when every list is complete
+        and on its own GPU, the destination's among them."""
+        indices = sorted(tensors)
+        for index in indices:
+            if index != destination:
+                for tensor in tensors[index]:
+                    if tensor is not None:
+                        self.ledger.record(index, destination, phase, nbytes(tensor))
+        devices = [self.devices[i] for i in indices]
+        complete = all(t is not None for i in indices for t in tensors[i])
+        if (complete and len(indices) > 1 and destination in indices
+                and _distinct_gpus(devices)):
+            return list(comm.reduce_add_coalesced(
+                [tensors[i] for i in indices], self.devices[destination]))
+        width = max(len(tensors[i]) for i in indices) if indices else 0
+        sums: List[Optional[Tensor]] = [None] * width
+        for index in indices:
+            for position, tensor in enumerate(tensors[index]):
+                if tensor is None:
+                    continue
+                moved = tensor.to(self.devices[destination])
+                sums[position] = moved if sums[position] is None else sums[position] + moved
+        return sums
+
     def leaf(self, tensor: Tensor, source: int, destination: int, phase: str) -> Tensor:
         """A detached copy on ``destination`` that records its own gradient (a cell's or a
         shard's input: its graph starts here)."""
@@ -81,6 +139,11 @@ class Transfers:
         if source == destination:
             return tensor
         return _Move.apply(tensor, self, source, destination, forward_phase, backward_phase)
+
+
+def _distinct_gpus(devices: Sequence[torch.device]) -> bool:
+    """Every device a CUDA device, none twice (what ``torch.cuda.comm``'s collectives take)."""
+    return all(d.type == "cuda" for d in devices) and len(set(devices)) == len(devices)
 
 
 class _Move(torch.autograd.Function):
