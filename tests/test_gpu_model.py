@@ -63,12 +63,18 @@ def test_parameter_counts_match_a_real_model():
         assert counts.layers[0] == layer0
 
 
-def test_the_head_traffic_is_todays_routes_at_the_link_plus_the_additions_on_device_0():
+def test_the_head_traffic_is_its_slices_one_by_one_and_two_ring_collectives():
     model, batch = ModelSize(4, 8, 6, 30, decoder_hidden=10), BatchSize(7, 5, 4)
     stage = stage_times_from_profile(model, batch, FLAT, [1, 2], [1, 4])
     routes = today((0, 1, 2, 3), 4, step_shapes(stage))
-    expected = sum(FLAT.link.cost(n) for (_, _, phase), n in routes.items() if phase.startswith("head"))
-    expected += 3 * 3 * stage.head_param_bytes / FLAT.memory_bytes_per_s
+    params = stage.head_param_bytes
+    expected = 0.0
+    for (_, destination, phase), n in routes.items():
+        if phase in ("head_forward", "head_backward"):
+            n -= params if (phase == "head_backward" and destination == 0) else 0
+            expected += FLAT.link.cost(n) if n > 0 else 0.0
+    # the parameters' broadcast and the gradients' reduction: the bytes once, 3 hops each
+    expected += 2 * (params / FLAT.link.bandwidth_bytes_per_s + 3 * FLAT.link.latency_s)
     assert head_traffic_seconds(stage, (0, 1, 2, 3), 4, FLAT.link) == pytest.approx(expected)
     parts = predict_step(stage, 4, 2, "dataflow", FLAT.link)
     assert parts["head_transfers"] == pytest.approx(expected)

@@ -7,11 +7,11 @@ import pytest
 from fairseq_hybrid.perfmodel.analytic import stage_times_from_profile
 from fairseq_hybrid.perfmodel.compare import allreduce_seconds, compare_profile
 from fairseq_hybrid.perfmodel.planned import (
-    STEPS, finish_times, planned_head_traffic, planned_speedups, predict_planned_step,
+    STEPS, finish_times, planned_speedups, predict_planned_step,
     wavefront_with_head,
 )
 from fairseq_hybrid.perfmodel.profiles import PROFILES
-from fairseq_hybrid.perfmodel.simulate import pipeline_makespans, predict_step, step_shapes
+from fairseq_hybrid.perfmodel.simulate import head_slice_seconds, pipeline_makespans, predict_step, step_shapes
 from fairseq_hybrid.perfmodel.sizes import BatchSize, Link, ModelSize, layer_map
 from fairseq_hybrid.perfmodel.traffic import today
 
@@ -80,7 +80,7 @@ def test_replicas_drop_the_parameter_copies_and_charge_an_overlapped_allreduce(s
         if phase in ("head_forward", "head_backward"):
             n -= stage.head_param_bytes if (dst == 0 and phase == "head_backward") else 0
             kept += LINK.cost(n) if n > 0 else 0.0
-    assert planned_head_traffic(stage, mapping, 4, LINK) == pytest.approx(kept)
+    assert head_slice_seconds(stage, mapping, 4, LINK) == pytest.approx(kept)
     parts = predict_planned_step(stage, 4, 2, LINK, ["replicas"])
     ring = allreduce_seconds(stage.head_param_bytes, 4, LINK)
     assert ring / 1 >= parts["head_allreduce"] >= max(0.0, ring - parts["pipeline_backward"])

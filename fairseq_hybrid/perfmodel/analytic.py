@@ -155,5 +155,5 @@ def stage_times_from_profile(
         rest=rest, cycle_overhead={n: 0.0 for n in device_counts}, device=profile.name,
         param_bytes_master=counts.master * act,
         param_bytes_layer=tuple(n * act for n in counts.layers),
-        activation_bytes=act, memory_bytes_per_s=bandwidth,
+        activation_bytes=act,
     )

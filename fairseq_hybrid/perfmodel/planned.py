@@ -5,11 +5,11 @@ gain is known before it is built, and nothing is credited that the step does not
 Steps (each on top of today's schedule; any subset):
 
 - ``replicas``: each device keeps its head replica (and its optimizer state) for the whole
-  run. No per-step copy of the head's parameters and no gradients brought to device 0 one
-  device at a time (``traffic.today``'s ``head_params`` and the replicas' gradient routes,
-  and the additions on device 0): the head's gradients are all-reduced instead (bucketed
-  ring), overlapped with the pipeline's backward — only what outlasts it, and at least the
-  last bucket, adds to the step. Every device then applies the head's optimizer step.
+  run. No broadcast of the head's parameters at each step and no reduction of their
+  gradients onto device 0 between the head and the pipeline's backward (today's two
+  collectives): the head's gradients are all-reduced instead (bucketed ring), overlapped
+  with the pipeline's backward — only what outlasts it, and at least the last bucket, adds
+  to the step. Every device then applies the head's optimizer step.
 - ``balanced_optimizer``: the optimizer step of the parameters every plan keeps on device 0
   (embeddings, bridges, head) is split evenly over the devices (its gradients scattered
   from device 0 and the updated values gathered back, both charged, after backward); each
@@ -32,10 +32,9 @@ from typing import Dict, List, Mapping, Sequence, Tuple
 from ..parallel.pipeline import DECODER, ENCODER, Key, chunk_bounds, clock_cycles
 from ..parallel.placement import shard_bounds
 from .compare import BUCKET_BYTES, allreduce_seconds
-from .simulate import _cell_transfer, _dependencies, predict_step, step_shapes
+from .simulate import _cell_transfer, _dependencies, head_slice_seconds, predict_step
 from .sizes import Link, layer_map
 from .stage_times import StageTimes
-from .traffic import today
 
 STEPS = ("replicas", "balanced_optimizer", "head_in_wavefront")
 # today, then the steps added one at a time in the order they are planned to be built
@@ -164,23 +163,6 @@ def _shares(stage: StageTimes, mapping: Sequence[int], devices: int,
     return max(per_device.values()) / total
 
 
-def planned_head_traffic(stage: StageTimes, mapping: Sequence[int], devices: int,
-                         link: Link) -> float:
-    """Today's head routes without the parameter copies and the gradients to device 0,
-    issued one after another (as ``simulate.head_traffic_seconds`` charges today's)."""
-    shapes = step_shapes(stage)
-    routes = today(mapping, devices, shapes)
-    seconds = 0.0
-    for (source, destination, phase), nbytes in routes.items():
-        if not phase.startswith("head") or phase == "head_params":
-            continue  # the wavefront's own routes are charged with its cells
-        if phase == "head_backward" and destination == 0:  # a replica's gradients stay
-            nbytes -= stage.head_param_bytes
-        if nbytes > 0:
-            seconds += link.cost(nbytes)
-    return seconds
-
-
 def predict_planned_step(stage: StageTimes, devices: int, chunks: int, link: Link,
                          steps: Sequence[str]) -> Dict[str, float]:
     """One step's predicted seconds by part with ``steps`` of the plan applied (an empty
@@ -202,7 +184,7 @@ def predict_planned_step(stage: StageTimes, devices: int, chunks: int, link: Lin
     if "replicas" in steps:
         ring = allreduce_seconds(stage.head_param_bytes, devices, link)
         buckets = max(1, math.ceil(stage.head_param_bytes / BUCKET_BYTES))
-        parts["head_transfers"] = planned_head_traffic(stage, mapping, devices, link)
+        parts["head_transfers"] = head_slice_seconds(stage, mapping, devices, link)
         parts["head_allreduce"] = max(ring - behind, ring / buckets)
     if "balanced_optimizer" in steps:
         spread = stage.param_bytes_master * (devices - 1) / devices

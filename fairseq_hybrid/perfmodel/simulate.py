@@ -14,10 +14,10 @@ and the step and speedup predictions built on it.
   kernel *launches*, so execution is *dataflow*: each device runs its cells in issue order,
   a cell starting when its inputs (plus a transfer, if they come from another device) are
   ready; backward likewise, and the head's shards run forward and backward in parallel.
-  Between them, the head's traffic as the code moves it (``traffic.today``: H and S
-  gathered on device 0 and sliced out, the parameters copied to each replica, the
-  gradients brought back one device at a time and added on device 0, dH and dS back), all
-  issued from device 0 one after another.
+  Between them, the head's traffic as the code moves it (``traffic.today``'s routes: each
+  shard's slices of H and S from the top layers' device and dH, dS back, one copy after
+  another; the replicas' parameters in one broadcast and their gradients in one reduction,
+  NCCL collectives along a ring: ``head_traffic_seconds``).
   The optimizer step ("rest") scales with the largest share of the parameters on one device
   (embeddings and head stay on device 0).
 
@@ -234,17 +234,37 @@ def step_shapes(stage: StageTimes) -> StepShapes:
                       combine_dropout=dropout > 0, bridge=query != model.hidden)
 
 
+def head_slice_seconds(stage: StageTimes, layer_device: Sequence[int], devices: int,
+                       link: Link) -> float:
+    """The head's copies other than its two collectives — each shard's slices of H and S,
+    targets, masks, the loss and its gradient, dH and dS back (``traffic.today``'s head
+    routes less the parameters and their gradients) — one after another."""
+    seconds = 0.0
+    for (_, destination, phase), nbytes in today(layer_device, devices, step_shapes(stage)).items():
+        if not phase.startswith("head") or phase == "head_params":
+            continue
+        if phase == "head_backward" and destination == 0:  # the replica's gradients
+            nbytes -= stage.head_param_bytes
+        if nbytes > 0:
+            seconds += link.cost(nbytes)
+    return seconds
+
+
+def collective_seconds(nbytes: float, devices: int, link: Link) -> float:
+    """One NCCL broadcast or reduce of ``nbytes`` over ``devices``: pipelined along a
+    ring, each link carrying the bytes once, a latency per hop."""
+    return link.cost(nbytes, count=devices - 1) if devices > 1 else 0.0
+
+
 def head_traffic_seconds(stage: StageTimes, layer_device: Sequence[int], devices: int,
                          link: Link) -> float:
-    """Today's head traffic (``traffic.today``'s head routes) issued from device 0 one
-    copy after another, plus the additions of each replica's gradients on device 0 (read
-    two, write one) at the device's memory bandwidth."""
-    routes = today(layer_device, devices, step_shapes(stage))
-    seconds = sum(link.cost(nbytes) for (_, _, phase), nbytes in routes.items()
-                  if phase.startswith("head"))
-    if stage.memory_bytes_per_s > 0:
-        seconds += 3 * (devices - 1) * stage.head_param_bytes / stage.memory_bytes_per_s
-    return seconds
+    """The head's traffic as the code moves it: the slices (``head_slice_seconds``), the
+    replicas' parameters in one broadcast at the start of the step (charged whole,
+    although the pipeline's first cells on the other devices could hide part of it) and
+    their gradients in one reduction onto device 0 (``Transfers.broadcast``,
+    ``reduce_add``: NCCL collectives, the additions inside them)."""
+    return (head_slice_seconds(stage, layer_device, devices, link)
+            + 2 * collective_seconds(stage.head_param_bytes, devices, link))
 
 
 def predict_speedups(

@@ -48,9 +48,6 @@ class StageTimes:
     param_bytes_layer: Tuple[int, ...] = ()
     peak_bytes: int = 0  # the device's peak memory during the measurement (CUDA; 0 elsewhere)
     activation_bytes: int = 4  # element size of activations and gradients (float32 here)
-    # the device's memory bandwidth, for elementwise work the measurement did not time
-    # (the head's gradient additions on device 0); 0: not known, not charged
-    memory_bytes_per_s: float = 0.0
 
     def rest_share(self, layer_device: Sequence[int]) -> float:
         """The largest fraction of the parameters any one device holds (1 without counts)."""
