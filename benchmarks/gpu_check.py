@@ -48,7 +48,7 @@ from .data import length_stats, synthetic_data
 from .fairseq_runs import BIN, ROOT, USER_DIR, BenchmarkError, TrainConfig, run_training
 from .flops import ModelShape, matmul_flops_per_second, training_flops_per_target_token
 from .jsonio import write_json_atomic
-from .pipeline_profile import pipeline_model_check
+from .pipeline_model import pipeline_model_check
 from .scaling import dictionary_size
 
 SAMPLE = ROOT / "data" / "ende-sample"

@@ -245,6 +245,32 @@ def run(
     return report
 
 
+def pipeline_model_check(device: str, quick: bool) -> Tuple[str, Dict[str, Any]]:
+    """``make gpu-check``'s check of the model: predictions from stage times measured on
+    ``device`` and, on a GPU, the closest profile's error there."""
+    if device.startswith("cuda"):
+        report = run("wmt", quick=quick, devices=4, chunks=[1, 2, 4, 8, 16],
+                                    device=device, sentences=128)
+        schedule, devices = "dataflow", 4
+    else:
+        report = run("small", quick=True, devices=2, chunks=[1, 2, 4],
+                                    repeats=1, sentences=16)
+        schedule, devices = "cycle", 2
+    rows = [r for r in report["predictions"][schedule] if r["devices"] == devices]
+    best = max(rows, key=lambda r: r["speedup"])
+    data = {"stage_times": report["stage_times"], "predictions": rows,
+            "measured_on": report["measured_on"], "batch": report["batch"]}
+    detail = (f"predicted {best['speedup']:.2f}x on {devices} devices at K={best['chunks']} "
+              f"({schedule} schedule, stage times measured on {device})")
+    if device.startswith("cuda"):  # the GPU profile's error on the GPU at hand
+        profile_check = check_report("wmt", repeats=1 if quick else 3, device=device, sentences=128)
+        print(format_check(profile_check), flush=True)
+        data["profile_check"] = profile_check
+        detail += f"; profile {profile_check['profile']['name']} error on the step " \
+                  f"{profile_check['error']['total']:+.0%}"
+    return detail, data
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="small")
