@@ -323,7 +323,7 @@ def speed_check(device: str, work: Path, quick: bool) -> Tuple[str, Dict[str, An
     data = synthetic_data(vocab, 2000 if quick else 8000, 15, 40, work / f"synthetic-v{vocab}")
     stats = length_stats(data)
     vocab = dictionary_size(data)  # the word types the data really has, for the FLOPs
-    interval = 5 if quick else 10
+    interval = 3 if quick else 10
     rows: Dict[str, Any] = {}
     for key, arch in zip(("lstm", "hybrid"), archs):
         options = f"--arch {arch}{sizes}" + (placement if key == "hybrid" else "")
@@ -368,7 +368,7 @@ def run(device: Optional[str], quick: bool, work: Path) -> Dict[str, Any]:
     cli_device = "cuda:0" if on_gpu else "cpu"
     checks: List[Check] = [run_check("equivalence", lambda: equivalence_in_subprocess(device))]
     test_sentences = 40
-    data = sample_subset(work / "sample", env, train=1000 if quick else 3000, test=test_sentences)
+    data = sample_subset(work / "sample", env, train=500 if quick else 3000, test=test_sentences)
     setup = CliSetup(data, work, env, cli_device, test_sentences,
                      ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "64",
                       "--encoder-hidden-size", "64", "--decoder-embed-dim", "64",
