@@ -29,7 +29,7 @@ PYTEST := $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 test: install
 	$(PYTEST)
 
-# Everyday loop: the suite without the end-to-end runs marked slow (~2 min on 2 cores),
+# Everyday loop: the suite without the end-to-end runs marked slow (< 1 min on 2 cores),
 # after the linter. `make test` runs everything.
 test-fast: install lint
 	$(PYTEST) -m "not slow"
