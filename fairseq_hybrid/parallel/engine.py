@@ -100,7 +100,6 @@ class HybridEngine:
         return [worker for worker, (start, end)
                 in enumerate(shard_bounds(sentences, self.plan.num_devices)) if end > start]
 
-
     def head_loss(
         self, features: Tensor, encoder_out: EncoderOut, target: Tensor, loss_fn: TokenLoss
     ) -> HeadLoss:

@@ -78,6 +78,7 @@ class HeadReplicas:
         self.transfers = transfers
 
     def refresh(self, head: AttentionHead, workers: Sequence[int]) -> None:
+        """Set the replicas of ``workers`` (made on first use) to ``head``'s values."""
         params = list(head.named_parameters())
         values = self.transfers.broadcast([p.data for _, p in params], 0, workers, "head_params")
         for worker in workers:
