@@ -94,7 +94,9 @@ def test_the_optimizer_share_by_hand(stage):
     today_share = (master + layer[0] + layer[1]) / total
     replicas = max(master + layer[0] + layer[1], stage.head_param_bytes + layer[2] + layer[3]) / total
     balanced = max(master / 2 + layer[0] + layer[1], master / 2 + layer[2] + layer[3]) / total
-    for steps, share in (((), today_share), (["replicas"], replicas),
+    head = stage.head_param_bytes
+    on_top = max(master - head + layer[0] + layer[1], head + layer[2] + layer[3]) / total
+    for steps, share in (((), today_share), (["replicas"], replicas), (["head_on_top"], on_top),
                          (["replicas", "balanced_optimizer"], balanced)):
         assert predict_planned_step(stage, 2, 1, LINK, steps)["rest"] == pytest.approx(stage.rest * share)
     spread = 2 * LINK.cost(master / 2)
@@ -109,6 +111,8 @@ def test_today_in_the_ladder_is_the_comparison_s_hybrid_row():
     best = planned_speedups(stage, 4, [1, 2, 3], LINK, [(), STEPS])
     assert best[()] == (hybrid.chunks, pytest.approx(hybrid.speedup))
     assert set(best) == {(), STEPS}
+    moved = planned_speedups(stage, 4, [1, 2, 3], LINK, [("head_on_top",)])[("head_on_top",)]
+    assert moved[1] >= hybrid.speedup  # the same work and bytes, device 0's share smaller
 
 
 def test_an_unknown_step_is_refused():
