@@ -5,7 +5,7 @@ with each ratio's denominator named.
 
 (a) fairseq ``lstm`` (input feeding), 1 device   (b) ``hybrid_lstm``, 1 device
 (c) data parallel only: fairseq's DDP over N processes, the whole model in each
-(d) model parallel only: the layer pipeline over N devices, head unsplit on device 0
+(d) model parallel only: the layer pipeline over N devices, head unsplit on one device
 (e) hybrid: pipeline + head split by sentences      (f) HybridNMT-IF (``--input-feeding``)
 On CPU devices also (b1): ``hybrid_lstm`` on 1 device with 1 thread (the per-worker budget).
 

@@ -85,22 +85,24 @@ def test_the_replicas_are_refreshed_once_at_the_start_of_each_step(devices):
     net = batch["net_input"]
     try:
         engine = model.runtime.engine
+        root = engine.plan.head_device  # the master head: with the top layers
+        assert root == devices - 1 and next(model.decoder.head.parameters()).device == engine.plan.head_master
         params = sum(p.numel() * 4 for p in model.decoder.head.parameters())
         engine.ledger.clear()
         model(**net, features_only=True, hybrid=True)  # the step's model-parallel part
         copied = {route: n for route, n in engine.ledger.snapshot().items() if route[2] == "head_params"}
-        assert copied == {(0, i, "head_params"): params for i in range(1, devices)}
+        assert copied == {(root, i, "head_params"): params for i in range(devices - 1)}
         loss, _, _ = criterion(model, batch)  # a whole step: one refresh, not two
         loss.backward()
-        assert engine.ledger.snapshot()[(0, 1, "head_params")] == 2 * params
+        assert engine.ledger.snapshot()[(root, 0, "head_params")] == 2 * params
         # a head run without the model-parallel part first refreshes on its own
         features, extra = model(**net, features_only=True, hybrid=True)
         engine.head_replicas._fresh = ()
         engine.ledger.clear()
         target = model.get_targets(batch, None)
         model.runtime.head_loss(features, extra["encoder_out"], target, criterion_loss(criterion, model))
-        assert engine.ledger.snapshot()[(0, 1, "head_params")] == params
-        replica = engine.head_replicas._replicas[1]
+        assert engine.ledger.snapshot()[(root, 0, "head_params")] == params
+        replica = engine.head_replicas._replicas[0]
         for mine, master in zip(replica.parameters(), model.decoder.head.parameters()):
             assert torch.equal(mine, master)
     finally:

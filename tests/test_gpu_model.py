@@ -70,8 +70,8 @@ def test_the_head_traffic_is_its_slices_one_by_one_and_two_ring_collectives():
     params = stage.head_param_bytes
     expected = 0.0
     for (_, destination, phase), n in routes.items():
-        if phase in ("head_forward", "head_backward"):
-            n -= params if (phase == "head_backward" and destination == 0) else 0
+        if phase in ("head_forward", "head_backward"):  # the master head on device 3
+            n -= params if (phase == "head_backward" and destination == 3) else 0
             expected += FLAT.link.cost(n) if n > 0 else 0.0
     # the parameters' broadcast and the gradients' reduction: the bytes once, 3 hops each
     expected += 2 * (params / FLAT.link.bandwidth_bytes_per_s + 3 * FLAT.link.latency_s)

@@ -164,9 +164,10 @@ def test_measurement_gives_positive_times_for_every_cell_of_a_tiny_model():
 def test_optimizer_step_splits_by_parameter_share_only_on_gpus():
     stage = fake_stage()
     stage.param_bytes_master, stage.param_bytes_layer = 600, (200, 200)
+    stage.head_param_bytes = 100
     assert predict_step(stage, 2, 1, "cycle")["rest"] == pytest.approx(0.003)
-    # device 0: master 600 + layer 0 200 = 800 of 1000
-    assert predict_step(stage, 2, 1, "dataflow")["rest"] == pytest.approx(0.003 * 0.8)
+    # device 0: embeddings 600 - 100 + layer 0 200 = 700 of 1000 (the head is on device 1)
+    assert predict_step(stage, 2, 1, "dataflow")["rest"] == pytest.approx(0.003 * 0.7)
     assert predict_step(stage, 1, 1, "dataflow")["rest"] == pytest.approx(0.003)
 
 
@@ -221,5 +222,7 @@ def test_optimizer_share_is_the_largest_share_of_parameters_on_one_device():
     stage = fake_stage()
     assert stage.rest_share((0, 1)) == 1.0  # no parameter counts: the whole step
     stage.param_bytes_master, stage.param_bytes_layer = 500, (300, 200)
-    assert stage.rest_share((0, 1)) == pytest.approx(0.8)  # device 0: 500 + 300 of 1000
-    assert stage.rest_share((1, 1)) == pytest.approx(0.5)
+    stage.head_param_bytes = 100  # of the 500: with the top layer's device
+    assert stage.rest_share((0, 1)) == pytest.approx(0.7)  # device 0: 400 + 300 of 1000
+    assert stage.rest_share((1, 1)) == pytest.approx(0.6)  # device 1: 100 + 500
+    assert stage.rest_share((0, 0)) == pytest.approx(1.0)

@@ -43,7 +43,20 @@ def test_even_contiguous_layout_and_paper_layout():
     assert one.chunks == 1 and not chunks_to_choose(PlacementOptions("cpu"), one)
     assert not chunks_to_choose(PlacementOptions("cpu,cpu", chunks=3), paper)
     assert build_plan("cpu,cpu", "1,3", 2, 4, 4).layer_device == (0, 1, 1, 1)
-    assert "master head" in plan.table()
+
+
+def test_the_master_head_goes_with_the_top_layers_except_with_input_feeding():
+    plan = build_plan("cpu,cpu,cpu", None, 4, 4, 4)
+    assert plan.head_device == 2 and plan.head_master == plan.devices[2]
+    rows = plan.table().splitlines()[2:]
+    assert rows[0].endswith("embeddings, bridges, head replica") and rows[1].endswith("head replica")
+    assert rows[2].endswith("master head")
+    feeding = build_plan("cpu,cpu,cpu", None, 4, 4, 4, head_with_top_layers=False)
+    assert feeding.head_device == 0
+    assert feeding.table().splitlines()[2].endswith("embeddings, bridges, master head")
+    unsplit = build_plan("cpu,cpu", None, 1, 2, 2, split_head=False)
+    assert unsplit.table().splitlines()[3].endswith("head (all sentences)")
+    assert unsplit.table().splitlines()[2].endswith("embeddings, bridges")
 
 
 @pytest.mark.parametrize("devices,balance,chunks,message", [

@@ -1,7 +1,8 @@
 """The hybrid engine: runs ``hybrid_lstm`` for training over a placement plan.
 
 - the model is placed before (``runtime.HybridRuntime``, ``placement.place``: each LSTM
-  layer on its device, embeddings, bridges and the master head on device 0), and the
+  layer on its device, embeddings and bridges on device 0, the master head with the top
+  layers), and the
   plan's chunk count is an integer (``--pipeline-chunks auto`` is resolved before).
 - ``features`` runs the model-parallel part: embeddings, then the wavefront pipeline.
 - ``head_loss`` runs the data-parallel part: sentences split into one shard per device,
@@ -41,7 +42,7 @@ class HybridEngine:
         self.plan = plan
         self.workers = workers
         self.transfers = Transfers(plan.devices)
-        self.head_replicas = HeadReplicas(self.transfers)
+        self.head_replicas = HeadReplicas(self.transfers, plan.head_device)
         self.pipeline = WavefrontPipeline.for_model(model, plan, workers, self.transfers)
 
     @property
@@ -103,7 +104,7 @@ class HybridEngine:
     def head_loss(
         self, features: Tensor, encoder_out: EncoderOut, target: Tensor, loss_fn: TokenLoss
     ) -> HeadLoss:
-        """The head's summed loss: on device 0 alone (one device, or
+        """The head's summed loss: on the master head's device alone (one device, or
         ``--hybrid-head-on-master``), else split by sentences over every device
         (``head_shards``), the same way for every device kind."""
         head = self.model.decoder.head
@@ -111,12 +112,13 @@ class HybridEngine:
         from_h, from_s = self.head_input_devices
         padding_mask = encoder_out["encoder_padding_mask"].to(master)  # made on device 0
         sources, target = encoder_out["encoder_out"], target.to(master)
-        if self.plan.head_devices == 1:  # H and S gathered on device 0, gradients back
-            move = self.transfers.differentiable
-            features = move(features, from_h, 0, "head_forward", "head_backward")
-            sources = move(sources, from_s, 0, "head_forward", "head_backward")
-            encoder_out = {"encoder_out": sources, "encoder_padding_mask": padding_mask}
-            return loss_fn(head, features, encoder_out, target)
+        if self.plan.head_devices == 1:  # H and S gathered on the head's device, grads back
+            root, move = self.plan.head_device, self.transfers
+            features = move.differentiable(features, from_h, root, "head_forward", "head_backward")
+            sources = move.differentiable(sources, from_s, root, "head_forward", "head_backward")
+            encoder_out = {"encoder_out": sources, "encoder_padding_mask":
+                           move.to(padding_mask, 0, root, "head_forward")}
+            return loss_fn(head, features, encoder_out, move.to(target, 0, root, "head_forward"))
         tokens_per_sentence = loss_fn.selection(target).sum(dim=1).tolist()
         mask = None
         if not loss_fn.features_are_combined:  # drawn here, once, in the plain order

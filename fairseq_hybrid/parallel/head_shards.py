@@ -72,15 +72,17 @@ class HeadReplicas:
     exactly its shard's contribution. A head run without a refresh since the last one
     (a caller that skips ``features``) refreshes first."""
 
-    def __init__(self, transfers: Transfers) -> None:
+    def __init__(self, transfers: Transfers, root: int = 0) -> None:
         self._replicas: Dict[int, AttentionHead] = {}
         self._fresh: Tuple[int, ...] = ()  # the workers refreshed for the coming head run
         self.transfers = transfers
+        self.root = root  # device index of the master head
 
     def refresh(self, head: AttentionHead, workers: Sequence[int]) -> None:
         """Set the replicas of ``workers`` (made on first use) to ``head``'s values."""
         params = list(head.named_parameters())
-        values = self.transfers.broadcast([p.data for _, p in params], 0, workers, "head_params")
+        values = self.transfers.broadcast([p.data for _, p in params], self.root, workers,
+                                          "head_params")
         for worker in workers:
             replica = self._replicas.get(worker)
             if replica is None:
@@ -169,7 +171,7 @@ class _ShardedHead(torch.autograd.Function):
         # the data-parallel reduction: the replicas' gradients summed onto the master
         param_grads = move.reduce_add(
             {shard.worker: [p.grad for p in leaves[2]] for shard, (_, leaves) in
-             zip(run.shards, ctx.outputs)}, 0, phase)
+             zip(run.shards, ctx.outputs)}, run.root, phase)
         param_grads += [None] * (n_params - len(param_grads))
         ctx.outputs = None  # free the shards' graphs
         return (None, None, feature_grad, source_grad, *param_grads)
@@ -186,6 +188,7 @@ class ShardedHeadRun:
     loss_fn: TokenLoss
     param_names: Sequence[str]
     grad_enabled: bool
+    root: int = 0  # device index of the master head: where the gradients are summed
 
     def forward_task(self, shard: Shard, inputs: ShardInputs):
         replica = self.replicas[shard.worker]
@@ -230,7 +233,7 @@ def sharded_head_loss(
     run = ShardedHeadRun(
         workers, replicas.transfers, shards,
         replicas.for_shards(head, [shard.worker for shard in shards]),
-        loss_fn, list(params), torch.is_grad_enabled(),
+        loss_fn, list(params), torch.is_grad_enabled(), replicas.root,
     )
     loss, nll, correct = _ShardedHead.apply(
         run, inputs, inputs.features, inputs.sources, *params.values()

@@ -6,7 +6,8 @@ validated before any work; logged once as a table. The plan is never saved: para
 names and shapes do not depend on it, so a checkpoint loads on any number of devices.
 
 Layout (the paper's, for 4 GPUs and 4+4 layers): encoder layer i and decoder layer i on
-device i; embeddings, bridges and the master head on device 0; a head replica per device.
+device i; embeddings and bridges on device 0, the master head with the top layers; a head
+replica on every other device.
 """
 from __future__ import annotations
 
@@ -151,7 +152,8 @@ class PlacementPlan:
     devices: Tuple[torch.device, ...]
     layer_device: Tuple[int, ...]  # device index (into ``devices``) of layer l, enc and dec
     chunks: int
-    split_head: bool = True  # False: the head runs on device 0 for every sentence
+    split_head: bool = True  # False: the head runs on its master's device for every sentence
+    head_device: int = 0  # index of the device holding the master head
 
     @property
     def head_devices(self) -> int:
@@ -160,8 +162,13 @@ class PlacementPlan:
 
     @property
     def master(self) -> torch.device:
-        """Where embeddings, bridges and the master head live (device 0)."""
+        """Where embeddings and bridges live (device 0)."""
         return self.devices[0]
+
+    @property
+    def head_master(self) -> torch.device:
+        """Where the master head lives: the top layers' device (``build_plan``)."""
+        return self.devices[self.head_device]
 
     @property
     def num_devices(self) -> int:
@@ -183,10 +190,11 @@ class PlacementPlan:
         for index, device in enumerate(self.devices):
             layers = [layer for layer, d in enumerate(self.layer_device) if d == index]
             names = ",".join(str(layer) for layer in layers) or "-"
-            other = ["head replica"] if self.split_head else []
-            if index == 0:
-                head = "master head" if self.split_head else "head (all sentences)"
-                other = ["embeddings", "bridges", head]
+            other = ["embeddings", "bridges"] if index == 0 else []
+            if index == self.head_device:
+                other.append("master head" if self.split_head else "head (all sentences)")
+            elif self.split_head:
+                other.append("head replica")
             lines.append(
                 f"  {index:>2}  {str(device):<8} {names:<15} {names:<15} {', '.join(other) or '-'}"
             )
@@ -201,9 +209,15 @@ def build_plan(
     decoder_layers: int,
     split_head: bool = True,
     allow_repeated: bool = False,
+    head_with_top_layers: bool = True,
 ) -> PlacementPlan:
     """The plan for these options with ``chunks`` time chunks (``--pipeline-chunks auto``
-    is resolved before this, by whoever owns the performance model: ``runtime.py``)."""
+    is resolved before this, by whoever owns the performance model: ``runtime.py``).
+
+    The master head goes with the top layers (``head_with_top_layers``), where H and S
+    are made, rather than onto device 0, which the embeddings already load with the
+    largest share of the optimizer step; with input feeding it stays on device 0, where
+    the step-by-step decoder attends."""
     devices = parse_devices(devices_spec, allow_repeated)
     num_layers = min(encoder_layers, decoder_layers)
     if len(devices) > num_layers:
@@ -219,17 +233,19 @@ def build_plan(
         )
     counts = parse_balance(balance_spec, len(devices), num_layers)
     layer_device = tuple(index for index, count in enumerate(counts) for _ in range(count))
-    return PlacementPlan(tuple(devices), layer_device, chunks, split_head)
+    head_device = layer_device[-1] if head_with_top_layers else 0
+    return PlacementPlan(tuple(devices), layer_device, chunks, split_head, head_device)
 
 
 def plan_for(options: PlacementOptions, encoder_layers: int, decoder_layers: int,
-             chunks: Optional[int] = None) -> PlacementPlan:
+             chunks: Optional[int] = None, head_with_top_layers: bool = True) -> PlacementPlan:
     """``build_plan`` from parsed options; ``chunks`` overrides them (auto's choice; until
     then an automatic setting plans 1 chunk)."""
     if chunks is None:
         chunks = 1 if options.chunks == AUTO else options.chunks
     return build_plan(options.devices, options.balance, chunks, encoder_layers,
-                      decoder_layers, options.split_head, options.allow_repeated)
+                      decoder_layers, options.split_head, options.allow_repeated,
+                      head_with_top_layers)
 
 
 def chunks_to_choose(options: PlacementOptions, plan: PlacementPlan) -> bool:
@@ -239,11 +255,13 @@ def chunks_to_choose(options: PlacementOptions, plan: PlacementPlan) -> bool:
 
 
 def place(model: HybridModel, plan: PlacementPlan) -> None:
-    """Put each LSTM layer on its device; embeddings, bridges and the master head on
-    device 0. Parameter names and shapes do not change (checkpoints stay portable)."""
+    """Put each LSTM layer on its device; embeddings and bridges on device 0, the master
+    head where the plan says. Parameter names and shapes do not change (checkpoints stay
+    portable)."""
     encoder, decoder, master = model.encoder, model.decoder, plan.master
-    for module in (encoder.embed_tokens, decoder.embed_tokens, decoder.head):
+    for module in (encoder.embed_tokens, decoder.embed_tokens):
         module.to(master)
+    decoder.head.to(plan.head_master)
     if decoder.bridge_hidden is not None:
         decoder.bridge_hidden.to(master)
         decoder.bridge_cell.to(master)

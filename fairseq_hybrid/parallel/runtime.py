@@ -144,7 +144,8 @@ class HybridRuntime:
 
     def _plan_of(self, options: PlacementOptions, chunks: Optional[int] = None) -> PlacementPlan:
         encoder, decoder = self.model.encoder, self.model.decoder
-        return plan_for(options, encoder.num_layers, decoder.num_layers, chunks)
+        return plan_for(options, encoder.num_layers, decoder.num_layers, chunks,
+                        head_with_top_layers=not decoder.input_feeding)
 
     def use_engine(self, engine: HybridEngine) -> None:
         """Train through ``engine`` (from ``build_engine``) from now on, the model placed

@@ -8,12 +8,13 @@ tested equal to this ledger) instead of a guess.
 Phases, in the order today's step runs them:
 - ``pipeline_forward``: a layer's output to the next layer's device; the encoder's final
   state to device 0 for the bridge and the bridged state to the decoder layer's device.
-- ``head_forward``: H and S gathered on device 0, each shard's slices (and target,
-  padding mask, combine mask) to the shard's device, the shard losses back.
-- ``head_params``: the head's parameters to each replica, at the start of the step (one
-  broadcast).
+- ``head_forward``: each shard's slices of H and S from the top layers' device (with
+  ``--hybrid-head-on-master``: H and S where the head is), its target, padding mask and
+  combine mask from device 0, the shard losses back to device 0.
+- ``head_params``: the head's parameters from the master head's device to each replica, at
+  the start of the step (one broadcast).
 - ``head_backward``: the loss gradient to each shard, dH and dS back to the top layers'
-  devices, the replicas' gradients summed onto device 0 (one reduction).
+  devices, the replicas' gradients summed onto the master head's device (one reduction).
 
 The two collectives (``broadcast``, ``reduce_add``) are recorded as the transfers they
 stand for (the source to each destination, each source to the destination); on distinct

@@ -70,7 +70,7 @@ def head_seconds(profile: DeviceProfile, model: ModelSize, batch: BatchSize,
 
 @dataclass(frozen=True)
 class ParameterCounts:
-    master: int  # on device 0 whatever the plan: embeddings, bridge, head
+    master: int  # not in an LSTM layer: embeddings and bridge (device 0), head (top layers')
     head: int  # W_a, W_c, W_o, b_o
     layers: Tuple[int, ...]  # encoder + decoder layer l
     tensors: int  # parameter tensors in all (the optimizer's loop)

@@ -4,14 +4,9 @@ gain is known before it is built, and nothing is credited that the step does not
 
 Steps (each on top of today's schedule; any subset):
 
-- ``head_on_top``: the master copy of the head (its optimizer step, the root of its
-  broadcast and reduction) on the top layers' device instead of device 0, where the
-  embeddings already make the largest share of the optimizer's work. The same bytes move
-  (the collectives' root changes, the ring does not); H and S are made there anyway.
-
 - ``replicas``: each device keeps its head replica (and its optimizer state) for the whole
   run. No broadcast of the head's parameters at each step and no reduction of their
-  gradients onto device 0 between the head and the pipeline's backward (today's two
+  gradients onto the master head between the head and the pipeline's backward (today's two
   collectives): the head's gradients are all-reduced instead (bucketed ring), overlapped
   with the pipeline's backward — only what outlasts it, and at least the last bucket, adds
   to the step. Every device then applies the head's optimizer step.
@@ -41,10 +36,9 @@ from .simulate import _cell_transfer, _dependencies, head_slice_seconds, predict
 from .sizes import Link, layer_map
 from .stage_times import StageTimes
 
-STEPS = ("head_on_top", "replicas", "balanced_optimizer", "head_in_wavefront")
-# today; the master head moved alone; then the issue's steps added one at a time
-PLANNED_LADDER = ((), ("head_on_top",), ("replicas",), ("replicas", "balanced_optimizer"),
-                  ("replicas", "balanced_optimizer", "head_in_wavefront"))
+STEPS = ("replicas", "balanced_optimizer", "head_in_wavefront")
+# today, then the steps added one at a time in the order they are planned to be built
+PLANNED_LADDER = ((), ("replicas",), ("replicas", "balanced_optimizer"), STEPS)
 Task = Tuple[str, int, float, Tuple[str, ...]]  # (name, device, seconds, names it waits for)
 
 
@@ -165,11 +159,8 @@ def _shares(stage: StageTimes, mapping: Sequence[int], devices: int,
         per_device[0] += stage.param_bytes_master
         for device in range(1, devices):
             per_device[device] += stage.head_param_bytes
-    elif "head_on_top" in steps:  # the master head with the top layers, the rest on 0
-        per_device[0] += stage.param_bytes_master - stage.head_param_bytes
-        per_device[mapping[-1]] += stage.head_param_bytes
-    else:
-        per_device[0] += stage.param_bytes_master
+    else:  # today: the master head with the top layers, the rest on device 0
+        return stage.rest_share(mapping)
     return max(per_device.values()) / total
 
 

@@ -19,7 +19,7 @@ and the step and speedup predictions built on it.
   another; the replicas' parameters in one broadcast and their gradients in one reduction,
   NCCL collectives along a ring: ``head_traffic_seconds``).
   The optimizer step ("rest") scales with the largest share of the parameters on one device
-  (embeddings and head stay on device 0).
+  (the embeddings on device 0, the master head with the top layers).
 
     step(N, K) = embeddings fwd+bwd + pipeline fwd + head phase + pipeline bwd + rest
     speedup(N, K) = step(1, 1) / step(N, K)
@@ -243,7 +243,7 @@ def head_slice_seconds(stage: StageTimes, layer_device: Sequence[int], devices: 
     for (_, destination, phase), nbytes in today(layer_device, devices, step_shapes(stage)).items():
         if not phase.startswith("head") or phase == "head_params":
             continue
-        if phase == "head_backward" and destination == 0:  # the replica's gradients
+        if phase == "head_backward" and destination == layer_device[-1]:  # the replicas' grads
             nbytes -= stage.head_param_bytes
         if nbytes > 0:
             seconds += link.cost(nbytes)
@@ -261,7 +261,7 @@ def head_traffic_seconds(stage: StageTimes, layer_device: Sequence[int], devices
     """The head's traffic as the code moves it: the slices (``head_slice_seconds``), the
     replicas' parameters in one broadcast at the start of the step (charged whole,
     although the pipeline's first cells on the other devices could hide part of it) and
-    their gradients in one reduction onto device 0 (``Transfers.broadcast``,
+    their gradients in one reduction onto the master head's device (``Transfers.broadcast``,
     ``reduce_add``: NCCL collectives, the additions inside them)."""
     return (head_slice_seconds(stage, layer_device, devices, link)
             + 2 * collective_seconds(stage.head_param_bytes, devices, link))

@@ -42,19 +42,23 @@ class StageTimes:
     rest: float  # gradient clipping + optimizer step
     cycle_overhead: Dict[int, float]  # workers -> seconds per run_all round trip
     device: str = "cpu"
-    # parameter bytes on the master device whatever the plan (embeddings, bridges, head)
-    # and of encoder + decoder layer l: how the optimizer step's work splits over devices
+    # parameter bytes of what is not an LSTM layer (embeddings, bridges, head: the head
+    # with the top layers, the rest on device 0) and of encoder + decoder layer l: how the
+    # optimizer step's work splits over devices
     param_bytes_master: int = 0
     param_bytes_layer: Tuple[int, ...] = ()
     peak_bytes: int = 0  # the device's peak memory during the measurement (CUDA; 0 elsewhere)
     activation_bytes: int = 4  # element size of activations and gradients (float32 here)
 
     def rest_share(self, layer_device: Sequence[int]) -> float:
-        """The largest fraction of the parameters any one device holds (1 without counts)."""
+        """The largest fraction of the parameters any one device holds (1 without counts):
+        embeddings and bridges on device 0, the master head with the top layers."""
         total = self.param_bytes_master + sum(self.param_bytes_layer)
         if not self.param_bytes_layer or total == 0:
             return 1.0
-        per_device: Dict[int, int] = {0: self.param_bytes_master}
+        per_device: Dict[int, int] = {0: self.param_bytes_master - self.head_param_bytes}
+        top = layer_device[-1]
+        per_device[top] = per_device.get(top, 0) + self.head_param_bytes
         for layer, device in enumerate(layer_device):
             per_device[device] = per_device.get(device, 0) + self.param_bytes_layer[layer]
         return max(per_device.values()) / total

@@ -2,8 +2,9 @@
 index, phase) — the routes ``parallel/transfer.py``'s ledger records — for a plan and the
 step's shapes, without running it. ``today``: the schedule the engine runs now (each head
 shard's slices of H and S straight from the top layers' device and their gradients
-straight back; targets, masks and the per-step copy of the head's parameters from device
-0, the replicas' gradients brought back one device at a time; the bridge on device 0).
+straight back; targets and masks from device 0; the head's parameters broadcast from the
+master head's device — the top layers' — to each replica and the replicas' gradients
+summed back there; the bridge on device 0).
 ``tests/test_traffic.py`` holds this, route by route, to the ledger of real steps on 2 and
 4 CPU devices and K = 1..4; the simulator charges these bytes.
 """
@@ -44,8 +45,9 @@ class StepShapes:
 
 
 def today(layer_device: Sequence[int], num_devices: int, shapes: StepShapes,
-          split_head: bool = True) -> Dict[Route, int]:
-    """Bytes per route of one training step of today's schedule (no input feeding)."""
+          split_head: bool = True, head_device: Optional[int] = None) -> Dict[Route, int]:
+    """Bytes per route of one training step of today's schedule (no input feeding), the
+    master head on ``head_device`` (default: the top layers' device, as the plan puts it)."""
     routes: Dict[Route, int] = defaultdict(int)
 
     def add(source: int, destination: int, phase: str, nbytes: int) -> None:
@@ -70,11 +72,14 @@ def today(layer_device: Sequence[int], num_devices: int, shapes: StepShapes,
             add(here, 0, "pipeline_backward", decoder_state)
             add(0, here, "pipeline_backward", encoder_state)
     top = layer_device[-1]  # the top encoder and decoder layers' device
+    root = top if head_device is None else head_device  # the master head's device
     h_row = s.target_len * s.decoder_hidden * act  # one sentence of H
     s_row = s.source_len * s.encoder_hidden * act  # one sentence of S
-    if not split_head or num_devices == 1:  # H and S gathered on device 0, gradients back
-        add(top, 0, "head_forward", s.sentences * (h_row + s_row))
-        add(0, top, "head_backward", s.sentences * (h_row + s_row))
+    if not split_head or num_devices == 1:  # H and S gathered on the head's device
+        add(top, root, "head_forward", s.sentences * (h_row + s_row))
+        add(root, top, "head_backward", s.sentences * (h_row + s_row))
+        add(0, root, "head_forward", s.sentences * (s.source_len * MASK_BYTES
+                                                    + s.target_len * INDEX_BYTES))
         return dict(routes)
     tokens = s.tokens()
     for worker, (start, end) in enumerate(shard_bounds(s.sentences, num_devices)):
@@ -91,7 +96,7 @@ def today(layer_device: Sequence[int], num_devices: int, shapes: StepShapes,
         results = (2 * s.loss_bytes + (INDEX_BYTES if s.count_correct else 0))
         add(0, worker, "head_forward", sent)
         add(worker, 0, "head_forward", results)
-        add(0, worker, "head_params", s.head_param_bytes)
+        add(root, worker, "head_params", s.head_param_bytes)
         add(0, worker, "head_backward", s.loss_bytes)  # the loss gradient
-        add(worker, 0, "head_backward", s.head_param_bytes)
+        add(worker, root, "head_backward", s.head_param_bytes)
     return dict(routes)

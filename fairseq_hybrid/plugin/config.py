@@ -112,8 +112,8 @@ class HybridLSTMConfig(FairseqDataclass):
         default=False,
         metadata={
             "help": "training only: run attention, combine, output layer and loss for all "
-            "sentences on device 0 instead of splitting them over the devices (model "
-            "parallelism only; the benchmark's configuration (d))"
+            "sentences on the master head's device (the top layers') instead of splitting "
+            "them over the devices (model parallelism only; the benchmark's configuration (d))"
         },
     )
     hybrid_allow_repeated_devices: bool = field(
