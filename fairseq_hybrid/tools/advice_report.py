@@ -43,7 +43,7 @@ def recommendation_rows(
                      "tokens_per_s": None, "error": "-",
                      "why": f"peak GPU memory measured at each batch of the sweep, extrapolated to "
                             f"{1 - MEMORY_HEADROOM:.0%} of {capacity / 2**30:.1f} GiB (one device "
-                            "holding the whole model: an upper bound for device 0)"})
+                            "holding the whole model: an upper bound for every device)"})
     else:
         rows.append({"setting": "--max-tokens (memory)", "value": "not limited here",
                      "tokens_per_s": None, "error": "-",
