@@ -72,7 +72,7 @@ class HeadReplicas:
     exactly its shard's contribution. A head run without a refresh since the last one
     (a caller that skips ``features``) refreshes first."""
 
-    def __init__(self, transfers: Transfers, root: int = 0) -> None:
+    def __init__(self, transfers: Transfers, root: int) -> None:
         self._replicas: Dict[int, AttentionHead] = {}
         self._fresh: Tuple[int, ...] = ()  # the workers refreshed for the coming head run
         self.transfers = transfers
@@ -188,7 +188,7 @@ class ShardedHeadRun:
     loss_fn: TokenLoss
     param_names: Sequence[str]
     grad_enabled: bool
-    root: int = 0  # device index of the master head: where the gradients are summed
+    root: int  # device index of the master head: where the gradients are summed
 
     def forward_task(self, shard: Shard, inputs: ShardInputs):
         replica = self.replicas[shard.worker]

@@ -45,9 +45,9 @@ class StepShapes:
 
 
 def today(layer_device: Sequence[int], num_devices: int, shapes: StepShapes,
-          split_head: bool = True, head_device: Optional[int] = None) -> Dict[Route, int]:
-    """Bytes per route of one training step of today's schedule (no input feeding), the
-    master head on ``head_device`` (default: the top layers' device, as the plan puts it)."""
+          split_head: bool = True) -> Dict[Route, int]:
+    """Bytes per route of one training step of today's schedule (no input feeding: the
+    master head with the top layers, as the plan puts it)."""
     routes: Dict[Route, int] = defaultdict(int)
 
     def add(source: int, destination: int, phase: str, nbytes: int) -> None:
@@ -71,8 +71,7 @@ def today(layer_device: Sequence[int], num_devices: int, shapes: StepShapes,
             add(0, here, "pipeline_forward", decoder_state)
             add(here, 0, "pipeline_backward", decoder_state)
             add(0, here, "pipeline_backward", encoder_state)
-    top = layer_device[-1]  # the top encoder and decoder layers' device
-    root = top if head_device is None else head_device  # the master head's device
+    top = root = layer_device[-1]  # the top layers' device, and the master head's
     h_row = s.target_len * s.decoder_hidden * act  # one sentence of H
     s_row = s.source_len * s.encoder_hidden * act  # one sentence of S
     if not split_head or num_devices == 1:  # H and S gathered on the head's device
