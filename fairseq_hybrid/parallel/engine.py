@@ -17,17 +17,17 @@ Generation never uses the engine: it runs the plain model on one device.
 """
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import Tuple
 
 import torch
 from torch import Tensor
 
 from ..model.encoder import EncoderOut
 from .interface import HybridModel
-from .head_shards import HeadReplicas, ShardInputs, plan_shards, sharded_head_loss
+from .head_shards import HeadReplicas, ShardInputs, plan_shards, sentence_shards, sharded_head_loss
 from ..model.loss import HeadLoss, TokenLoss
 from .pipeline import WavefrontPipeline, pipeline_inputs
-from .placement import PlacementPlan, shard_bounds
+from .placement import PlacementPlan
 from .transfer import TransferLedger, Transfers
 from .worker import DeviceWorkers
 
@@ -77,7 +77,8 @@ class HybridEngine:
             )
             return features, extra["encoder_out"]
         if self.plan.head_devices > 1:  # the head's replicas, while the pipeline starts
-            self.head_replicas.refresh(self.model.decoder.head, self.shard_workers(src_tokens.size(0)))
+            shards = sentence_shards(src_tokens.size(0), self.plan.num_devices)
+            self.head_replicas.refresh(self.model.decoder.head, [worker for worker, _ in shards])
         draws = self.model.draw_step(src_tokens, prev_output_tokens,
                                      top_device=self.plan.devices[self.plan.layer_device[-1]])
         source, target, masks = pipeline_inputs(draws)
@@ -96,11 +97,6 @@ class HybridEngine:
         return out.decoder_top.transpose(0, 1), encoder_out
 
     # ------------------------------------------------------- data parallel
-    def shard_workers(self, sentences: int) -> List[int]:
-        """The workers that get a head shard of a batch of ``sentences`` sentences."""
-        return [worker for worker, (start, end)
-                in enumerate(shard_bounds(sentences, self.plan.num_devices)) if end > start]
-
     def head_loss(
         self, features: Tensor, encoder_out: EncoderOut, target: Tensor, loss_fn: TokenLoss
     ) -> HeadLoss:

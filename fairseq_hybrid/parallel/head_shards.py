@@ -53,13 +53,18 @@ class Shard:
     tokens: Span
 
 
+def sentence_shards(sentences: int, num_devices: int) -> List[Tuple[int, Span]]:
+    """(worker, contiguous sentence range) of each device that gets sentences."""
+    return [(worker, (start, end)) for worker, (start, end)
+            in enumerate(shard_bounds(sentences, num_devices)) if end > start]
+
+
 def plan_shards(tokens_per_sentence: Sequence[int], num_devices: int) -> List[Shard]:
-    """Contiguous sentence ranges, one per device, leaving out empty ones."""
+    """``sentence_shards`` with the selected target tokens each one covers."""
     shards, last = [], 0
-    for worker, (start, end) in enumerate(shard_bounds(len(tokens_per_sentence), num_devices)):
+    for worker, (start, end) in sentence_shards(len(tokens_per_sentence), num_devices):
         first, last = last, last + sum(tokens_per_sentence[start:end])
-        if end > start:
-            shards.append(Shard(worker, (start, end), (first, last)))
+        shards.append(Shard(worker, (start, end), (first, last)))
     return shards
 
 
