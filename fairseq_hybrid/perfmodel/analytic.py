@@ -50,7 +50,7 @@ def head_seconds(profile: DeviceProfile, model: ModelSize, batch: BatchSize,
     if sentences <= 0:
         return 0.0, 0.0
     tokens = sentences * batch.target_len
-    source, query = model.hidden, model.decoder_hidden or model.hidden
+    source, query = model.hidden, model.decoder_size
     combined, vocab = model.embed, model.vocab
     flops = 2 * tokens * (
         query * source  # W_a h
@@ -81,7 +81,7 @@ class ParameterCounts:
 
 
 def parameter_counts(model: ModelSize) -> ParameterCounts:
-    query = model.decoder_hidden or model.hidden
+    query = model.decoder_size
     head = query * model.hidden + (query + model.hidden) * model.embed + model.embed * model.vocab + model.vocab
     bridge = 2 * (model.hidden * query + query) if query != model.hidden else 0
     layers = []
@@ -98,7 +98,7 @@ def mask_elements(model: ModelSize, batch: BatchSize) -> Tuple[int, int]:
     """Dropout-mask elements drawn before the pipeline (``draw_step``: embeddings, between
     layers, the encoder's top) and by the head (the combined states)."""
     dropout_out = model.dropout if model.dropout_out is None else model.dropout_out
-    query = model.decoder_hidden or model.hidden
+    query = model.decoder_size
     b, s, t = batch.sentences, batch.source_len, batch.target_len
     drawn = 0
     if model.dropout > 0:
@@ -114,7 +114,7 @@ def stage_times_from_profile(
 ) -> StageTimes:
     """``StageTimes`` of ``model`` on ``batch`` as one device of ``profile`` would run them."""
     act = profile.activation_bytes
-    query = model.decoder_hidden or model.hidden
+    query = model.decoder_size
     cells: Dict[int, CellTimes] = {}
     for chunks in sorted(set(chunk_counts) | {1}):
         forward: Dict[Key, float] = {}

@@ -85,14 +85,14 @@ def measure_concurrency(
             tasks.append(lstm_task)
     else:
         pad = 1  # fairseq's padding index; targets are drawn above the special symbols
-        head = AttentionHead(size.decoder_hidden or size.hidden, size.hidden, size.embed,
+        head = AttentionHead(size.decoder_size, size.hidden, size.embed,
                              size.vocab, size.dropout)
         module = ShardLoss(head, TokenLoss(pad, 0.1, chunk_tokens=0))
         shard = max(1, math.ceil(batch.sentences / workers))
         target = torch.randint(4, size.vocab, (shard, batch.target_len),
                                generator=torch.Generator().manual_seed(1))
         for _ in range(workers):
-            inputs = (torch.randn(shard, batch.target_len, size.decoder_hidden or size.hidden,
+            inputs = (torch.randn(shard, batch.target_len, size.decoder_size,
                                   requires_grad=True),
                       torch.randn(shard, batch.source_len, size.hidden, requires_grad=True),
                       torch.zeros(shard, batch.source_len, dtype=torch.bool), target)
@@ -155,7 +155,7 @@ def measure_model_stage_times(
                                  for name, value in sample["net_input"].items()})
         net = sample["net_input"]
         encoder, decoder = model.encoder, model.decoder
-        features_dim = size.decoder_hidden or size.hidden
+        features_dim = size.decoder_size
 
         # --- cells, every K, interleaved over the repeats (one warm-up round first)
         samples: Dict[int, List[Tuple[Dict[Key, float], Dict[Key, float]]]] = {k: [] for k in chunk_counts}

@@ -87,8 +87,7 @@ def wavefront_with_head(stage: StageTimes, devices: int, chunks: int,
     cells = stage.cells[chunks]
     mapping = layer_map(devices, stage.model.layers)
     layers, top = len(mapping), len(mapping) - 1
-    bridge = (stage.model.decoder_hidden or stage.model.hidden) != stage.model.hidden
-    state_bytes = cells.state_bytes if bridge else 0
+    state_bytes = cells.state_bytes if stage.model.has_bridge else 0
     source_chunks, target_chunks = cells.source_chunks, cells.target_chunks
     spans = chunk_bounds(stage.batch.target_len, chunks)
     shards = [(i, end - start) for i, (start, end)
@@ -149,9 +148,7 @@ def _shares(stage: StageTimes, mapping: Sequence[int], devices: int,
     total = stage.param_bytes_master + sum(stage.param_bytes_layer)
     if not stage.param_bytes_layer or total == 0:
         return 1.0
-    per_device: Dict[int, float] = {d: 0.0 for d in range(devices)}
-    for layer, device in enumerate(mapping):
-        per_device[device] += stage.param_bytes_layer[layer]
+    per_device = stage.layer_bytes_per_device(mapping)
     if "balanced_optimizer" in steps:
         for device in per_device:
             per_device[device] += stage.param_bytes_master / devices

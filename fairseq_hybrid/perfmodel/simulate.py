@@ -188,7 +188,7 @@ def predict_step(
         raise ValueError(f"schedule {schedule!r}: one of {SCHEDULES}")
     cells = stage.cells[chunks]
     mapping = layer_map(devices, stage.model.layers, balance)
-    bridge = (stage.model.decoder_hidden or stage.model.hidden) != stage.model.hidden
+    bridge = stage.model.has_bridge
     run_all = stage.cycle_overhead.get(devices, 0.0)
     forward, backward = pipeline_makespans(cells, mapping, schedule, run_all, link,
                                            slowdown, bridge)
@@ -227,11 +227,11 @@ def predict_step(
 def step_shapes(stage: StageTimes) -> StepShapes:
     """The shapes that decide a step's traffic, from what the stage times were taken on."""
     model, batch = stage.model, stage.batch
-    query = model.decoder_hidden or model.hidden
+    query = model.decoder_size
     dropout = model.dropout if model.dropout_out is None else model.dropout_out
     return StepShapes(batch.sentences, batch.source_len, batch.target_len, model.hidden, query,
                       model.embed, stage.head_param_bytes, stage.activation_bytes,
-                      combine_dropout=dropout > 0, bridge=query != model.hidden)
+                      combine_dropout=dropout > 0, bridge=model.has_bridge)
 
 
 def head_slice_seconds(stage: StageTimes, layer_device: Sequence[int], devices: int,

@@ -19,6 +19,16 @@ class ModelSize:
     dropout_out: Optional[float] = None  # between layers and on H_c (None: --dropout)
     decoder_hidden: Optional[int] = None  # None: ``hidden`` (another size adds the bridge)
 
+    @property
+    def decoder_size(self) -> int:
+        """The decoder's hidden size: the attention's query and H's width."""
+        return self.decoder_hidden or self.hidden
+
+    @property
+    def has_bridge(self) -> bool:
+        """Encoder and decoder sizes differ: decoder layer l starts from a bridged state."""
+        return self.decoder_size != self.hidden
+
 
 @dataclass(frozen=True)
 class BatchSize:

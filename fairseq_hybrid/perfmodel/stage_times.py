@@ -56,12 +56,18 @@ class StageTimes:
         total = self.param_bytes_master + sum(self.param_bytes_layer)
         if not self.param_bytes_layer or total == 0:
             return 1.0
-        per_device: Dict[int, int] = {0: self.param_bytes_master - self.head_param_bytes}
-        top = layer_device[-1]
-        per_device[top] = per_device.get(top, 0) + self.head_param_bytes
-        for layer, device in enumerate(layer_device):
-            per_device[device] = per_device.get(device, 0) + self.param_bytes_layer[layer]
+        per_device = self.layer_bytes_per_device(layer_device)
+        per_device[0] += self.param_bytes_master - self.head_param_bytes
+        per_device[layer_device[-1]] += self.head_param_bytes
         return max(per_device.values()) / total
+
+    def layer_bytes_per_device(self, layer_device: Sequence[int]) -> Dict[int, float]:
+        """Parameter bytes of the LSTM layers on each device (every device of the map, and
+        device 0)."""
+        per_device: Dict[int, float] = {d: 0.0 for d in {0, *layer_device}}
+        for layer, device in enumerate(layer_device):
+            per_device[device] += self.param_bytes_layer[layer]
+        return per_device
 
     def head_times(self, sentences: int) -> Tuple[float, float]:
         """Forward and backward seconds of one head shard of ``sentences`` sentences: as
