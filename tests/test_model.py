@@ -76,3 +76,25 @@ def test_shared_embeddings_tie_the_output_layer():
                        decoder_embed_dim=12, decoder_out_embed_dim=12)
     assert model.decoder.head.output_proj.weight is model.encoder.embed_tokens.weight
     assert model.decoder.embed_tokens is model.encoder.embed_tokens
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_dropout_mask_is_a_scaled_bernoulli_keep_mask(dtype):
+    """Every entry is 0 or 1 / (1 - p), kept with probability 1 - p (within 5 standard
+    deviations of the binomial count), in the dtype asked for; off in eval mode."""
+    from fairseq.modules import FairseqDropout
+
+    from fairseq_hybrid.model.dropout import dropout_mask, dropped_out
+
+    p, n = 0.3, 400_000
+    dropout = FairseqDropout(p).train()
+    torch.manual_seed(0)
+    mask = dropout_mask(dropout, (n,), torch.empty(0, dtype=dtype))
+    assert mask.dtype == dtype and mask.shape == (n,)
+    kept = mask != 0
+    assert torch.all(mask[kept] == torch.tensor(1 / (1 - p), dtype=dtype))
+    expected, sd = n * (1 - p), (n * p * (1 - p)) ** 0.5
+    assert abs(int(kept.sum()) - expected) < 5 * sd
+    x = torch.randn(3, 4).to(dtype)
+    assert dropout_mask(dropout.eval(), (n,), x) is None
+    assert dropped_out(dropout, x) is x

@@ -19,7 +19,7 @@ from fairseq.modules import FairseqDropout
 from torch import Tensor
 
 from .encoder import EncoderOut, attention_in_source_order
-from .dropout import apply_mask
+from .dropout import apply_mask, dropped_out
 from .head import AttentionHead
 from .initialized_layers import linear
 from .lstm_stack import LSTMStack, State, device_of, run_layer, to_device
@@ -100,7 +100,7 @@ class HybridLSTMDecoder(FairseqIncrementalDecoder):
 
     def embed(self, prev_output_tokens: Tensor) -> Tensor:
         """Target-side input tokens -> time-major, dropped-out embeddings."""
-        return self.dropout_in(self.embed_tokens(prev_output_tokens)).transpose(0, 1)
+        return dropped_out(self.dropout_in, self.embed_tokens(prev_output_tokens)).transpose(0, 1)
 
     def draw_inputs(self, prev_output_tokens: Tensor) -> DecoderDraws:
         """The decoder's random draws for a whole teacher-forced pass without input

@@ -22,12 +22,28 @@ def dropout_mask(
     device: Optional[torch.device] = None,
 ) -> Optional[Tensor]:
     """A scaled Bernoulli keep-mask for ``dropout`` (None when it is off: eval mode and
-    no ``--retain-dropout``, or p == 0)."""
+    no ``--retain-dropout``, or p == 0): 1 / (1 - p) where a float32 uniform draw is
+    below the keep probability, else 0, in ``like``'s dtype.
+
+    Drawn as uniforms and compared, not with ``Tensor.bernoulli_``: on the CPU that is
+    three times slower for the same mask distribution (6.4 ms against 2.0 ms for a
+    25 x 160 x 256 mask here), and every mask of a step is drawn on the calling thread
+    while the workers wait. Float32 uniforms keep the keep probability exact to 2^-24
+    under fp16/bf16 too."""
     p = dropout.p
     if p <= 0 or not (dropout.training or dropout.apply_during_inference):
         return None
-    mask = torch.empty(tuple(shape), dtype=like.dtype, device=device or like.device)
-    return mask.bernoulli_(1 - p).div_(1 - p)
+    keep = 1.0 - p
+    mask = torch.rand(tuple(shape), device=device or like.device).lt_(keep)
+    if mask.dtype != like.dtype:
+        mask = mask.to(like.dtype)
+    return mask.div_(keep)
+
+
+def dropped_out(dropout: FairseqDropout, x: Tensor) -> Tensor:
+    """``x`` through ``dropout`` with a ``dropout_mask`` (the embeddings' dropout: the
+    same draw as every other mask of the model)."""
+    return apply_mask(x, dropout_mask(dropout, x.shape, x))
 
 
 def apply_mask(x: Tensor, mask: Optional[Tensor]) -> Tensor:

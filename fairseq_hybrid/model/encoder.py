@@ -20,7 +20,7 @@ from fairseq.models import FairseqEncoder
 from fairseq.modules import FairseqDropout
 from torch import Tensor
 
-from .dropout import apply_mask, dropout_mask
+from .dropout import apply_mask, dropout_mask, dropped_out
 from .lstm_stack import LSTMStack
 
 EncoderOut = Dict[str, Tensor]
@@ -62,7 +62,7 @@ class HybridLSTMEncoder(FairseqEncoder):
 
     def embed(self, src_tokens: Tensor) -> Tensor:
         """Right-padded tokens -> time-major, dropped-out embeddings (src_len x B x E)."""
-        return self.dropout_in(self.embed_tokens(src_tokens)).transpose(0, 1)
+        return dropped_out(self.dropout_in, self.embed_tokens(src_tokens)).transpose(0, 1)
 
     def right_pad(self, src_tokens: Tensor) -> Tensor:
         return utils.convert_padding_direction(
