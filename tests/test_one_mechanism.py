@@ -94,13 +94,13 @@ def test_backward_on_a_device_thread_runs_that_devices_tasks_there(monkeypatch):
     threads = []
     original = DeviceWorkers.run_all
 
-    def recording_run_all(self, tasks, inline_device=None):
+    def recording_run_all(self, tasks, inline_device=None, while_waiting=None):
         def wrap(description, fn):
             def run():
                 threads.append((description, threading.current_thread().name, inline_device))
                 return fn()
             return run
-        return original(self, [(i, d, wrap(d, fn)) for i, d, fn in tasks], inline_device)
+        return original(self, [(i, d, wrap(d, fn)) for i, d, fn in tasks], inline_device, while_waiting)
 
     monkeypatch.setattr(DeviceWorkers, "run_all", recording_run_all)
     for module in (pipeline, head_shards):
@@ -138,9 +138,9 @@ def test_every_cell_and_shard_runs_forward_and_backward_on_its_worker(monkeypatc
     issued = []
     original = DeviceWorkers.run_all
 
-    def recording_run_all(self, tasks, inline_device=None):
+    def recording_run_all(self, tasks, inline_device=None, while_waiting=None):
         issued.extend(description for _, description, _ in tasks)
-        return original(self, tasks, inline_device)
+        return original(self, tasks, inline_device, while_waiting)
 
     monkeypatch.setattr(DeviceWorkers, "run_all", recording_run_all)
     _, task, model, batch = setup(torch.float64, seed=21)

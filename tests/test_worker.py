@@ -40,3 +40,23 @@ def test_worker_failure_inside_training_propagates():
     layer.weight_ih_l0.data = layer.weight_ih_l0.data[:, :3]  # a broken layer
     with pytest.raises(WorkerError, match="decoder layer 1 chunk 0 failed on worker 1"):
         criterion(model, batch)
+
+
+def test_while_waiting_runs_on_the_calling_thread_while_the_tasks_run():
+    """The task waits for an event only ``while_waiting`` sets: it returns True only if
+    the calling thread ran it after handing the task out and before waiting for it."""
+    workers = DeviceWorkers([torch.device("cpu")])
+    started, released = threading.Event(), threading.Event()
+    seen = []
+
+    def task():
+        started.set()
+        return released.wait(timeout=10)
+
+    def meanwhile():
+        seen.append((threading.current_thread() is threading.main_thread(), started.wait(timeout=10)))
+        released.set()
+
+    assert workers.run_all([(0, "waits", task)], while_waiting=meanwhile) == [True]
+    assert seen == [(True, True)]
+    workers.close()

@@ -19,7 +19,7 @@ from fairseq.modules import FairseqDropout
 from torch import Tensor
 
 from .encoder import EncoderOut, attention_in_source_order
-from .dropout import apply_mask, dropped_out
+from .dropout import Mask, MaskQueue, apply_mask, dropped_out
 from .head import AttentionHead
 from .initialized_layers import linear
 from .lstm_stack import LSTMStack, State, device_of, run_layer, to_device
@@ -31,8 +31,8 @@ IncrementalState = Dict[str, Dict[str, Optional[Tensor]]]
 class DecoderDraws:
     """What ``HybridLSTMDecoder.draw_inputs`` draws for one teacher-forced pass."""
 
-    target: Tensor  # dropped-out embeddings of the decoder input, time-major (T x B x E)
-    masks: List[Optional[Tensor]]  # between-layer dropout masks (``LSTMStack.draw_masks``)
+    target: Tensor  # embeddings of the decoder input, time-major (T x B x E), not dropped out
+    masks: List[Mask]  # each layer's input dropout, the embeddings' first (``LSTMStack.draw_masks``)
 
 
 class HybridLSTMDecoder(FairseqIncrementalDecoder):
@@ -99,15 +99,20 @@ class HybridLSTMDecoder(FairseqIncrementalDecoder):
         return self.bridge_hidden(hidden.to(device)), self.bridge_cell(cell.to(device))
 
     def embed(self, prev_output_tokens: Tensor) -> Tensor:
-        """Target-side input tokens -> time-major, dropped-out embeddings."""
+        """Target-side input tokens -> time-major, dropped-out embeddings (input feeding's
+        and generation's decoder)."""
         return dropped_out(self.dropout_in, self.embed_tokens(prev_output_tokens)).transpose(0, 1)
 
-    def draw_inputs(self, prev_output_tokens: Tensor) -> DecoderDraws:
-        """The decoder's random draws for a whole teacher-forced pass without input
-        feeding, in order: the embeddings' dropout, the between-layer masks. (With input
-        feeding each step draws its own masks as it runs.)"""
-        target = self.embed(prev_output_tokens)
-        return DecoderDraws(target, self.stack.draw_masks(target.size(0), target.size(1), target))
+    def draw_inputs(
+        self, prev_output_tokens: Tensor, queue: Optional[MaskQueue] = None
+    ) -> DecoderDraws:
+        """The embedded decoder input and the decoder's random draws for a whole
+        teacher-forced pass without input feeding, in order: the embeddings' dropout
+        (layer 0's input mask), the between-layer masks; queued in ``queue`` if given.
+        (With input feeding each step draws its own masks as it runs.)"""
+        target = self.embed_tokens(prev_output_tokens).transpose(0, 1)
+        masks = self.stack.draw_masks(target.size(0), target.size(1), target, self.dropout_in, queue)
+        return DecoderDraws(target, masks)
 
     def cached_state(
         self, incremental_state: Optional[IncrementalState]

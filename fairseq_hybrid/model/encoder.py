@@ -20,7 +20,7 @@ from fairseq.models import FairseqEncoder
 from fairseq.modules import FairseqDropout
 from torch import Tensor
 
-from .dropout import apply_mask, dropout_mask, dropped_out
+from .dropout import Mask, MaskQueue, apply_mask, dropout_mask, queued_or_drawn
 from .lstm_stack import LSTMStack
 
 EncoderOut = Dict[str, Tensor]
@@ -31,9 +31,9 @@ class EncoderDraws:
     """What ``HybridLSTMEncoder.draw_inputs`` draws for one pass."""
 
     tokens: Tensor  # the source tokens, right-padded (B x src_len)
-    source: Tensor  # their dropped-out embeddings, time-major (src_len x B x E)
-    masks: List[Optional[Tensor]]  # between-layer dropout masks (``LSTMStack.draw_masks``)
-    top_mask: Optional[Tensor]  # dropout mask of the top states S (src_len x B x hidden)
+    source: Tensor  # their embeddings, time-major (src_len x B x E), not yet dropped out
+    masks: List[Mask]  # each layer's input dropout, the embeddings' first (``LSTMStack.draw_masks``)
+    top_mask: Mask  # dropout mask of the top states S (src_len x B x hidden)
 
 
 class HybridLSTMEncoder(FairseqEncoder):
@@ -60,28 +60,25 @@ class HybridLSTMEncoder(FairseqEncoder):
             embed_tokens.embedding_dim, hidden_size, num_layers, dropout_out, name
         )
 
-    def embed(self, src_tokens: Tensor) -> Tensor:
-        """Right-padded tokens -> time-major, dropped-out embeddings (src_len x B x E)."""
-        return dropped_out(self.dropout_in, self.embed_tokens(src_tokens)).transpose(0, 1)
-
     def right_pad(self, src_tokens: Tensor) -> Tensor:
         return utils.convert_padding_direction(
             src_tokens, self.padding_idx, left_to_right=True
         )
 
     def draw_inputs(
-        self, src_tokens: Tensor, top_device: Optional[torch.device] = None
+        self, src_tokens: Tensor, top_device: Optional[torch.device] = None,
+        queue: Optional[MaskQueue] = None,
     ) -> "EncoderDraws":
-        """The encoder's random draws for one forward pass, in order: the embeddings'
-        dropout, the between-layer masks, the mask of the top states S (on ``top_device``,
-        default the embeddings' device, where the plain model applies it)."""
+        """The embedded source and the encoder's random draws for one forward pass, in
+        order: the embeddings' dropout (layer 0's input mask), the between-layer masks,
+        the mask of the top states S (on ``top_device``, default the embeddings' device,
+        where the plain model applies it). Queued in ``queue`` if given."""
         tokens = self.right_pad(src_tokens)
-        source = self.embed(tokens)
-        masks = self.stack.draw_masks(source.size(0), source.size(1), source)
-        top_mask = dropout_mask(
-            self.dropout_out, (source.size(0), source.size(1), self.hidden_size), source,
-            top_device or self.embed_tokens.weight.device,
-        )
+        source = self.embed_tokens(tokens).transpose(0, 1)
+        masks = self.stack.draw_masks(source.size(0), source.size(1), source, self.dropout_in, queue)
+        shape = (source.size(0), source.size(1), self.hidden_size)
+        device = top_device or self.embed_tokens.weight.device
+        top_mask = queued_or_drawn(queue, lambda: dropout_mask(self.dropout_out, shape, source, device))
         return EncoderDraws(tokens, source, masks, top_mask)
 
     def output(

@@ -15,7 +15,7 @@ from fairseq.modules import FairseqDropout
 from torch import Tensor
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from .dropout import apply_mask, dropout_mask
+from .dropout import Mask, MaskQueue, apply_mask, dropout_mask, queued_or_drawn
 from .initialized_layers import lstm_layer
 
 State = Tuple[Tensor, Tensor]  # (h, c), each batch x hidden
@@ -101,15 +101,24 @@ class LSTMStack(nn.Module):
         )
         self.dropout_between = FairseqDropout(dropout_between, module_name=module_name)
 
-    def draw_masks(self, seq_len: int, batch_size: int, like: Tensor) -> List[Optional[Tensor]]:
-        """Between-layer dropout masks for a whole (seq_len x batch) input, one per layer
-        (None for layer 0, which takes the embeddings), each on its layer's device."""
-        masks: List[Optional[Tensor]] = [None]
-        for layer in list(self.layers)[1:]:
-            masks.append(dropout_mask(
-                self.dropout_between, (seq_len, batch_size, layer.input_size), like,
-                device_of(layer),
-            ))
+    def draw_masks(
+        self, seq_len: int, batch_size: int, like: Tensor,
+        input_dropout: Optional[FairseqDropout] = None, queue: Optional[MaskQueue] = None,
+    ) -> List[Mask]:
+        """Dropout masks of each layer's input for a whole (seq_len x batch) input, each on
+        its layer's device: layer 0's is ``input_dropout``'s (the embeddings' dropout;
+        None without one), the others are the between-layer dropout. Queued in ``queue``
+        if given (``dropout.MaskQueue``), else drawn now."""
+        masks: List[Mask] = []
+        for index, layer in enumerate(self.layers):
+            dropout = self.dropout_between if index > 0 else input_dropout
+            if dropout is None:
+                masks.append(None)
+                continue
+            shape, device = (seq_len, batch_size, layer.input_size), device_of(layer)
+            masks.append(queued_or_drawn(
+                queue, lambda dropout=dropout, shape=shape, device=device:
+                dropout_mask(dropout, shape, like, device)))
         return masks
 
     def forward(
@@ -117,7 +126,7 @@ class LSTMStack(nn.Module):
         x: Tensor,
         steps: Optional[Tensor] = None,
         initial: Optional[List[State]] = None,
-        masks: Optional[List[Optional[Tensor]]] = None,
+        masks: Optional[List[Mask]] = None,
     ) -> Tuple[Tensor, List[State]]:
         if masks is None:
             masks = self.draw_masks(x.size(0), x.size(1), x)

@@ -13,6 +13,7 @@ from fairseq.models import FairseqEncoderDecoderModel
 from torch import Tensor, nn
 
 from .decoder import DecoderDraws, HybridLSTMDecoder
+from .dropout import MaskQueue
 from .encoder import EncoderDraws, EncoderOut, HybridLSTMEncoder
 
 
@@ -67,7 +68,7 @@ class HybridLSTMNetwork(FairseqEncoderDecoderModel):
 
     def draw_step(
         self, src_tokens: Tensor, prev_output_tokens: Tensor,
-        top_device: Optional[torch.device] = None,
+        top_device: Optional[torch.device] = None, queue: Optional[MaskQueue] = None,
     ) -> StepDraws:
         """Every random number of a training forward pass before the head, in the one order
         the plain model, the hybrid engine and the benchmarks share: the encoder's
@@ -75,11 +76,12 @@ class HybridLSTMNetwork(FairseqEncoderDecoderModel):
         between-layer masks; with input feeding the decoder draws step by step as it runs).
         The head draws its combine mask last. Drawing on the calling thread, over whole
         tensors, is what makes a run's numbers independent of devices and chunks
-        (``dropout.py``)."""
-        encoder = self.encoder.draw_inputs(src_tokens, top_device)
+        (``dropout.py``). With a ``queue`` the embeddings are looked up now and the masks
+        queued in that order, to be drawn while the runtime's workers run."""
+        encoder = self.encoder.draw_inputs(src_tokens, top_device, queue)
         decoder = None
         if not self.decoder.input_feeding:
-            decoder = self.decoder.draw_inputs(prev_output_tokens)
+            decoder = self.decoder.draw_inputs(prev_output_tokens, queue)
         return StepDraws(encoder, decoder)
 
     def _apply(self, fn, *args, **kwargs) -> nn.Module:

@@ -22,6 +22,7 @@ from typing import Tuple
 import torch
 from torch import Tensor
 
+from ..model.dropout import MaskQueue
 from ..model.encoder import EncoderOut
 from .interface import HybridModel
 from .head_shards import HeadReplicas, ShardInputs, plan_shards, sentence_shards, sharded_head_loss
@@ -79,10 +80,13 @@ class HybridEngine:
         if self.plan.head_devices > 1:  # the head's replicas, while the pipeline starts
             shards = sentence_shards(src_tokens.size(0), self.plan.num_devices)
             self.head_replicas.refresh(self.model.decoder.head, [worker for worker, _ in shards])
-        draws = self.model.draw_step(src_tokens, prev_output_tokens,
+        # the masks are queued, then drawn (in the same order) while the pipeline runs
+        queue = MaskQueue()
+        draws = self.model.draw_step(src_tokens, prev_output_tokens, queue=queue,
                                      top_device=self.plan.devices[self.plan.layer_device[-1]])
         source, target, masks = pipeline_inputs(draws)
-        out = self.pipeline.run(source, src_lengths, target, masks)
+        out = self.pipeline.run(source, src_lengths, target, masks, draw_ahead=queue.draw_next)
+        queue.draw_all()  # what no cycle needed (the top mask) before anything else draws
         if draws.decoder is None:
             # HybridNMT-IF: H_c of step t-1 feeds step t, so the decoder cannot be chunked
             # in time: it runs step by step across its layers' devices (the model's own

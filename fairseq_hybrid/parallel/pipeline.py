@@ -22,12 +22,12 @@ back along the same edges). The pipeline is one autograd node (``_StagedPipeline
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
-from ..model.dropout import apply_mask
+from ..model.dropout import Mask, apply_mask, resolve
 from ..model.lstm_stack import LSTMStack, State, run_layer
 from ..model.network import StepDraws
 from .interface import HybridModel
@@ -119,7 +119,7 @@ class CellRecord:
     bridge: Optional[BridgeRecord] = None
 
 
-Masks = Dict[str, List[Optional[Tensor]]]  # side -> per-layer dropout mask (or None)
+Masks = Dict[str, List[Mask]]  # side -> each layer's input dropout mask (or None)
 
 
 def pipeline_inputs(draws: StepDraws) -> Tuple[Tensor, Optional[Tensor], Masks]:
@@ -160,19 +160,23 @@ class WavefrontPipeline:
 
     def run(
         self, source: Tensor, source_lengths: Tensor, target: Optional[Tensor],
-        masks: Masks,
+        masks: Masks, draw_ahead: Optional[Callable[[], Any]] = None,
     ) -> PipelineOutput:
         """source: src_len x B x E embedded (right-padded) source; target: tgt_len x B x E
         embedded decoder input, or None to run the encoder only (input feeding); masks:
-        per side, each layer's between-layer dropout mask over the whole sequence
-        (``LSTMStack.draw_masks``). Returns the top outputs and the encoder's finals."""
+        per side, each layer's input dropout mask over the whole sequence
+        (``LSTMStack.draw_masks``; queued masks are drawn on this thread before the first
+        cycle that needs them). ``draw_ahead``: called on this thread while each forward
+        cycle runs (``MaskQueue.draw_next``: the next queued mask, so the masks are
+        drawn while the workers compute, not before the pipeline starts). Returns the top
+        outputs and the encoder's finals."""
         spans = {
             ENCODER: chunk_bounds(source.size(0), self.plan.chunks),
             DECODER: [] if target is None else chunk_bounds(target.size(0), self.plan.chunks),
         }
         results = _StagedPipeline.apply(
-            self, torch.is_grad_enabled(), source_lengths.cpu(), spans, masks, source,
-            source.new_zeros(0) if target is None else target,
+            self, torch.is_grad_enabled(), source_lengths.cpu(), spans,
+            (masks, draw_ahead), source, source.new_zeros(0) if target is None else target,
         )
         encoder_top, decoder_top = results[0], results[1]
         hiddens = results[2 : 2 + self.num_layers]
@@ -206,10 +210,13 @@ class WavefrontPipeline:
         target: Optional[Tensor],
         spans: Dict[str, Sequence[Span]],
         masks: Masks,
+        draw_ahead: Optional[Callable[[], Any]] = None,
     ) -> Tuple[Dict[Key, Tensor], Dict[Key, State], Dict[Key, CellRecord]]:
         """Run every cell in clock-cycle order, each on its layer's worker. Each cell starts
-        from detached copies of its inputs (leaves), so its backward can run on its own."""
+        from detached copies of its inputs (leaves), so its backward can run on its own.
+        A cycle's masks are drawn (if queued) on this thread before it is handed out."""
         inputs = {ENCODER: source, DECODER: target}
+        masks = {side: list(side_masks) for side, side_masks in masks.items()}
         outputs: Dict[Key, Tensor] = {}
         states: Dict[Key, State] = {}
         records: Dict[Key, CellRecord] = {}
@@ -251,11 +258,14 @@ class WavefrontPipeline:
             return run
 
         for cycle in clock_cycles(len(spans[ENCODER]), len(spans[DECODER]), self.num_layers):
+            for cell in cycle:
+                masks[cell.side][cell.layer] = resolve(masks[cell.side][cell.layer])
             results = self.workers.run_all(
                 [
                     (self.plan.layer_device[cell.layer], describe(cell), cell_task(cell))
                     for cell in cycle
-                ]
+                ],
+                while_waiting=draw_ahead,
             )
             for cell, record in zip(cycle, results):
                 key = (cell.side, cell.layer, cell.chunk)
@@ -393,12 +403,14 @@ class _StagedPipeline(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, pipeline: WavefrontPipeline, grad_enabled: bool, lengths: Tensor, spans,
-                masks: Masks, source: Tensor, target: Tensor):
+                masks_and_draw: Tuple[Masks, Optional[Callable[[], Any]]], source: Tensor,
+                target: Tensor):
         ctx.set_materialize_grads(False)  # unused outputs get None, not zeros
         has_target = target.numel() > 0
+        masks, draw_ahead = masks_and_draw
         with torch.set_grad_enabled(grad_enabled):
             outputs, states, records = pipeline.forward_cells(
-                source, lengths, target if has_target else None, spans, masks,
+                source, lengths, target if has_target else None, spans, masks, draw_ahead,
             )
         result = pipeline.collect(outputs, states, spans, has_target)
         ctx.pipeline, ctx.records, ctx.spans = pipeline, records, spans

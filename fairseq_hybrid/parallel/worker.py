@@ -77,8 +77,11 @@ class DeviceWorkers:
     def run_all(
         self, tasks: Sequence[Tuple[int, str, Callable[[], Any]]],
         inline_device: Optional[torch.device] = None,
+        while_waiting: Optional[Callable[[], Any]] = None,
     ) -> List[Any]:
         """Run ``(worker_index, description, fn)`` tasks; return their results in order.
+        ``while_waiting`` runs on the calling thread once the tasks are handed out (the
+        pipeline draws its next dropout mask there instead of before the cycle).
 
         Grad mode and autocast (``--amp``) are carried over from the calling thread (both
         are thread-local in torch, as ``torch.nn.parallel.parallel_apply`` knows). Tasks of
@@ -111,7 +114,11 @@ class DeviceWorkers:
                 future.set_result(fn())
             except BaseException as error:  # reported below, like a worker's
                 future.set_exception(error)
-        wait(futures)
+        try:
+            if while_waiting is not None:
+                while_waiting()
+        finally:
+            wait(futures)  # nothing is left running, whatever happened here
         for future, (index, description, _) in zip(futures, tasks):
             error: Optional[BaseException] = future.exception()
             if error is not None:

@@ -43,7 +43,10 @@ class TimingWorkers:
         self.delegate = delegate
 
     def run_all(self, tasks: Sequence[Tuple[int, str, Callable[[], Any]]],
-                inline_device: Optional[torch.device] = None) -> List[Any]:
+                inline_device: Optional[torch.device] = None,
+                while_waiting: Optional[Callable[[], Any]] = None) -> List[Any]:
+        """The tasks one after another, each timed alone; ``while_waiting`` (a mask draw)
+        after them, outside every cell's time."""
         results = []
         for index, description, fn in tasks:
             clock = self.clock if self.delegate is None else device_clock(self.delegate.devices[index])
@@ -59,6 +62,8 @@ class TimingWorkers:
                 result, seconds = self.delegate.run_all([(index, description, timed)])[0]
             results.append(result)
             self.records.append((description, seconds))
+        if while_waiting is not None:
+            while_waiting()
         return results
 
 
