@@ -93,7 +93,7 @@ def test_sample_config_two_cpu_devices_resume_with_fairseq_train_and_generate(da
         "--encoder-embed-dim", "32", "--encoder-hidden-size", "32", "--decoder-embed-dim", "32",
         "--decoder-hidden-size", "32", "--decoder-out-embed-dim", "32", "--share-all-embeddings", "--dropout", "0.3",
         "--criterion", "hybrid_cross_entropy", "--label-smoothing", "0.1",
-        "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "0.003",
+        "--optimizer", "torch_adam", "--adam-betas", "(0.9, 0.98)", "--lr", "0.003",
         "--clip-norm", "1.0", "--max-tokens", "400", "--max-update", "5",
         "--save-dir", str(save), "--no-epoch-checkpoints", "--num-workers", "0",
     ], cwd=data)

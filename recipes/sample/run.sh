@@ -88,7 +88,7 @@ train_stage() {
     train=(fairseq-train "$WORK/bin" --user-dir "$USER_DIR"
       --arch hybrid_lstm --share-all-embeddings --dropout "$DROPOUT"
       --criterion hybrid_cross_entropy --label-smoothing 0.1
-      --optimizer adam --adam-betas '(0.9, 0.98)' --lr "$LR" --clip-norm 1.0
+      --optimizer torch_adam --adam-betas '(0.9, 0.98)' --lr "$LR" --clip-norm 1.0
       --max-tokens "$MAX_TOKENS" --stop-time-hours "$hours" --max-epoch 200
       --save-dir "$out" --no-epoch-checkpoints --save-interval-updates 500 --keep-interval-updates 1
       --required-batch-size-multiple 1 --num-workers 0 --seed "$SEED"
