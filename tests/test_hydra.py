@@ -266,7 +266,9 @@ def test_sample_recipe_trains_through_hydra(data, tmp_path):
     save = work / "checkpoints"
     assert (save / ".done").is_file() and (save / "checkpoint_best.pt").is_file()
     assert "[train][INFO]" in proc.stderr  # the recipe's filter shows Hydra's log lines
-    assert yaml.safe_load((save / ".hydra" / "config.yaml").read_text())["model"]["dropout"] == 0.3
+    saved = yaml.safe_load((save / ".hydra" / "config.yaml").read_text())
+    assert saved["model"]["dropout"] == 0.3 and saved["checkpoint"]["patience"] == 5
+    assert saved["optimizer"]["_name"] == "torch_adam"
 
 
 @pytest.mark.parametrize("env,message", [

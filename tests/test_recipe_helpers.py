@@ -150,6 +150,7 @@ def test_extract_matches_archive_members_after_normpath(tmp_path):
     ("MAX_TOKENS=lots", "MAX_TOKENS='lots': must be an integer >= 100"),
     ("LR=-1", "LR='-1': must be a number >= 0"),
     ("BEAM=0", "BEAM='0': must be an integer >= 1"),
+    ("PATIENCE=never", "PATIENCE='never': must be an integer >= 1"),
 ])
 def test_sample_recipe_checks_its_settings_like_the_wmt_recipes(tmp_path, setting, message):
     """recipes/sample/run.sh and recipes/lib/wmt.sh share stage.sh's checks: one line,

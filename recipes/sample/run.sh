@@ -7,7 +7,9 @@
 #   bash recipes/sample/run.sh [all|spm|binarize|train|generate|score]
 # Each stage skips when its output is complete; FORCE=1 redoes it.
 # Settings (environment): WORK (work/sample), RESULTS (results/sample), SPM_VOCAB (3000),
-# TRAIN_MINUTES (15), MAX_TOKENS (2000), LR (0.003), DROPOUT (0.3), BEAM (5), SEED (1),
+# TRAIN_MINUTES (15: at most; training stops earlier once the validation loss has not
+# improved for PATIENCE (5) validations), MAX_TOKENS (2000), LR (0.003), DROPOUT (0.3),
+# BEAM (5), SEED (1),
 # FRONTEND (cli: fairseq-train; hydra: fairseq-hydra-train with recipes/config/hybrid_lstm.yaml),
 # DEVICE_ARGS (extra training options: fairseq-train's, e.g. "--cpu", or with
 # FRONTEND=hydra Hydra overrides, e.g. "common.cpu=true").
@@ -20,6 +22,7 @@ WORK=${WORK:-$ROOT/work/sample}
 RESULTS=${RESULTS:-$ROOT/results/sample}
 SPM_VOCAB=${SPM_VOCAB:-3000}
 TRAIN_MINUTES=${TRAIN_MINUTES:-15}
+PATIENCE=${PATIENCE:-5}
 MAX_TOKENS=${MAX_TOKENS:-2000}
 LR=${LR:-0.003}
 DROPOUT=${DROPOUT:-0.3}
@@ -42,6 +45,7 @@ require_positive TRAIN_MINUTES
 require_int SPM_VOCAB MAX_TOKENS -min 100
 require_int BEAM
 require_int SEED -min 0
+require_int PATIENCE
 require_number LR DROPOUT
 
 spm_stage() {
@@ -76,20 +80,20 @@ train_stage() {
   stage_needed train "$out" || return 0
   [ "${FORCE:-0}" = "1" ] && rm -rf "$out"
   mkdir -p "$out"   # no .tmp here: an interrupted training resumes from checkpoint_last.pt
-  log "train: hybrid_lstm (2+2 x 256) for ${TRAIN_MINUTES} min on $WORK/bin"
+  log "train: hybrid_lstm (2+2 x 256) on $WORK/bin for at most ${TRAIN_MINUTES} min (patience ${PATIENCE} validations)"
   local hours; hours=$(python -c "print($TRAIN_MINUTES / 60)")
   local train=()
   if [ "$FRONTEND" = hydra ]; then   # the same settings, from recipes/config/hybrid_lstm.yaml
     train=(fairseq-hydra-train --config-dir "$ROOT/recipes/config" --config-name hybrid_lstm
       "task.data=$(hydra_quote "$WORK/bin")" "checkpoint.save_dir=$(hydra_quote "$out")"
       "model.dropout=$DROPOUT" "optimization.lr=[$LR]" "dataset.max_tokens=$MAX_TOKENS"
-      "optimization.stop_time_hours=$hours" "common.seed=$SEED")
+      "optimization.stop_time_hours=$hours" "checkpoint.patience=$PATIENCE" "common.seed=$SEED")
   else
     train=(fairseq-train "$WORK/bin" --user-dir "$USER_DIR"
       --arch hybrid_lstm --share-all-embeddings --dropout "$DROPOUT"
       --criterion hybrid_cross_entropy --label-smoothing 0.1
       --optimizer torch_adam --adam-betas '(0.9, 0.98)' --lr "$LR" --clip-norm 1.0
-      --max-tokens "$MAX_TOKENS" --stop-time-hours "$hours" --max-epoch 200
+      --max-tokens "$MAX_TOKENS" --stop-time-hours "$hours" --patience "$PATIENCE" --max-epoch 200
       --save-dir "$out" --no-epoch-checkpoints --save-interval-updates 500 --keep-interval-updates 1
       --required-batch-size-multiple 1 --num-workers 0 --seed "$SEED"
       --log-format simple --log-interval 100)
