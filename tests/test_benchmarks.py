@@ -172,3 +172,36 @@ def test_scaling_end_to_end_writes_json_and_png(tmp_path):
     with Image.open(tmp_path / "out/tiny.png") as image:
         assert image.format == "PNG" and image.size[0] > 500
     assert "| (b) hybrid_lstm, 1 device |" in proc.stdout
+
+
+def test_step_trace_splits_a_two_device_step_into_its_phases(monkeypatch, capsys):
+    """Every worker task is counted in its phase: the pipeline's cells (3 chunks x 2
+    sides x 2 layers = 12 forward, 12 backward), one head shard per worker each way; each
+    worker's busy time in a phase is within that phase's wall time, and the phases, the
+    serial part and the update add up to the step."""
+    from benchmarks import step_trace
+    from fairseq_hybrid.perfmodel import BatchSize, ModelSize
+
+    records = []
+    real_row = step_trace.step_row
+
+    def keep(step, seconds, update, workers):
+        records.append(step)
+        return real_row(step, seconds, update, workers)
+
+    monkeypatch.setattr(step_trace, "step_row", keep)
+    trace = step_trace.trace_steps(ModelSize(2, 8, 8, 40), BatchSize(6, 7, 5), "cpu,cpu", 3,
+                                   steps=2, warm_up=1)
+    counts = {phase: sum(1 for _, p, _ in records[0].tasks if p == phase) for phase in step_trace.PHASES}
+    assert counts == {"pipeline forward": 12, "head forward": 2, "head backward": 2,
+                      "pipeline backward": 12}
+    times = trace["median_s"]
+    for phase in step_trace.PHASES:
+        for worker in (0, 1):
+            assert 0 < times[f"{phase} busy w{worker}"] <= times[f"{phase} wall"] * 1.01 + 1e-4
+    row = real_row(records[0], 1.0, 0.1, 2)
+    walls = sum(row[f"{phase} wall"] for phase in step_trace.PHASES)
+    assert row["serial (outside the workers' phases, without the update)"] == pytest.approx(1.0 - walls - 0.1)
+    with pytest.raises(SystemExit):
+        step_trace.main(["--chunks", "0"])
+    assert "--chunks 0" in capsys.readouterr().err

@@ -1,0 +1,166 @@
+"""Where a multi-device training step's time goes, measured: every task the engine hands
+its device workers is timed, step by step, and the step is split into its phases.
+
+    python -m benchmarks.step_trace --preset small --devices cpu,cpu --chunks 6 --steps 5
+
+For each phase (the pipeline's forward, the head's forward, the head's backward, the
+pipeline's backward) it reports the wall time the calling thread spent waiting for the
+workers and each worker's busy time in it (wall - busy = that worker's idle time: the
+wavefront's fill and drain, the per-cycle barrier); then the calling thread's time outside
+every phase (the serial part: embeddings, dropout draws not overlapped, the gradient
+reduction, autograd's own work) and the update (clip + Adam). Medians over the timed steps,
+after ``--warm-up`` untimed ones; one torch thread per CPU device, as the scaling
+benchmark's ``cpu,cpu`` configuration. This is the measurement behind the CPU diagnosis in
+docs/performance.md; ``benchmarks.pipeline_model --validate`` times whole steps only.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from fairseq_hybrid.perfmodel import PRESETS, BatchSize, ModelSize
+from fairseq_hybrid.perfmodel.measure import median
+
+from .models import build_model, synthetic_sample
+
+PHASES = ("pipeline forward", "head forward", "head backward", "pipeline backward")
+
+
+def phase_of(description: str) -> str:
+    """The phase of a worker task, from the description the engine gives it."""
+    backward = description.startswith("backward")
+    if "head shard" in description:
+        return "head backward" if backward else "head forward"
+    return "pipeline backward" if backward else "pipeline forward"
+
+
+@dataclass
+class StepRecord:
+    """One step's calls to ``run_all`` (phase, start, end) and tasks (worker, phase, seconds)."""
+    calls: List[Tuple[str, float, float]] = field(default_factory=list)
+    tasks: List[Tuple[int, str, float]] = field(default_factory=list)
+
+
+def traced(run_all: Callable[..., Any], record: Callable[[], StepRecord]) -> Callable[..., Any]:
+    """``DeviceWorkers.run_all`` that times every task and the call itself."""
+    def run(tasks, inline_device=None, while_waiting=None):
+        step = record()
+
+        def timed(worker: int, phase: str, fn: Callable[[], Any]) -> Callable[[], Any]:
+            def go() -> Any:
+                start = time.perf_counter()
+                try:
+                    return fn()
+                finally:
+                    step.tasks.append((worker, phase, time.perf_counter() - start))
+            return go
+
+        phase = phase_of(tasks[0][1]) if tasks else "other"
+        start = time.perf_counter()
+        result = run_all([(w, d, timed(w, phase_of(d), fn)) for w, d, fn in tasks],
+                         inline_device, while_waiting)
+        step.calls.append((phase, start, time.perf_counter()))
+        return result
+    return run
+
+
+def trace_steps(size: ModelSize, batch: BatchSize, devices: str, chunks: int, steps: int,
+                warm_up: int = 2) -> Dict[str, Any]:
+    """Train ``steps`` + ``warm_up`` steps of ``size`` on a synthetic ``batch`` over
+    ``devices`` (one torch thread each) with ``chunks`` time chunks; the timed steps'
+    medians as a dict (seconds)."""
+    from fairseq_hybrid.plugin.criterion import HybridCrossEntropyCriterion
+
+    saved_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    model, task = build_model(size)
+    criterion = HybridCrossEntropyCriterion(task, False, 0.1)
+    sample = synthetic_sample(task.target_dictionary, batch)
+    params = list(model.parameters())
+    optimizer = torch.optim.Adam(params, lr=1e-6, foreach=True)
+    model.runtime.cpu_threads = 1
+    engine = model.runtime.build_engine(devices=devices, chunks=chunks, balance=None)
+    model.runtime.use_engine(engine)
+    current = [StepRecord()]
+    engine.workers.run_all = traced(engine.workers.run_all, lambda: current[0])
+    rows: List[Dict[str, float]] = []
+    try:
+        for index in range(warm_up + steps):
+            current[0] = StepRecord()
+            start = time.perf_counter()
+            model.zero_grad(set_to_none=True)
+            loss, _, _ = criterion(model, sample)
+            loss.backward()
+            before_update = time.perf_counter()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            end = time.perf_counter()
+            if index >= warm_up:
+                rows.append(step_row(current[0], end - start, end - before_update,
+                                     len(engine.plan.devices)))
+    finally:
+        model.runtime.close()
+        torch.set_num_threads(saved_threads)
+    return {"devices": devices, "chunks": chunks, "steps": steps,
+            "median_s": {key: median([row[key] for row in rows]) for key in rows[0]}}
+
+
+def step_row(step: StepRecord, seconds: float, update: float, workers: int) -> Dict[str, float]:
+    """One step's phase walls, per-worker busy times, serial time and update."""
+    row: Dict[str, float] = defaultdict(float)
+    row["step"], row["update"] = seconds, update
+    for phase, start, end in step.calls:
+        row[f"{phase} wall"] += end - start
+    for worker, phase, busy in step.tasks:
+        row[f"{phase} busy w{worker}"] += busy
+    waited = sum(end - start for _, start, end in step.calls)
+    row["serial (outside the workers' phases, without the update)"] = seconds - waited - update
+    for worker in range(workers):
+        row[f"busy w{worker}"] = sum(b for w, _, b in step.tasks if w == worker)
+    return dict(row)
+
+
+def format_trace(trace: Dict[str, Any]) -> str:
+    times = trace["median_s"]
+    lines = [f"{trace['devices']}, {trace['chunks']} chunk(s): step {times['step'] * 1e3:.1f} ms "
+             f"(median of {trace['steps']})"]
+    workers = sorted(k for k in times if k.startswith("busy w"))
+    for phase in PHASES:
+        if f"{phase} wall" in times:
+            busy = ", ".join(f"w{w[-1]} {times.get(f'{phase} busy {w[5:]}', 0.0) * 1e3:.1f}"
+                             for w in workers)
+            lines.append(f"  {phase:18s} wall {times[f'{phase} wall'] * 1e3:7.1f} ms   busy {busy}")
+    serial = next(k for k in times if k.startswith("serial"))
+    lines.append(f"  {serial}: {times[serial] * 1e3:.1f} ms; update (clip + Adam) "
+                 f"{times['update'] * 1e3:.1f} ms")
+    lines.append("  busy per worker: " + ", ".join(f"{w[5:]} {times[w] * 1e3:.1f} ms" for w in workers))
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="small")
+    parser.add_argument("--devices", default="cpu,cpu")
+    parser.add_argument("--chunks", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--warm-up", type=int, default=2)
+    parser.add_argument("--json", help="also write the medians here")
+    args = parser.parse_args(argv)
+    if args.chunks < 1 or args.steps < 1 or args.warm_up < 0:
+        parser.error(f"--chunks {args.chunks} / --steps {args.steps} / --warm-up {args.warm_up}: "
+                     "chunks and steps must be at least 1, warm-up at least 0")
+    preset = PRESETS[args.preset]
+    trace = trace_steps(preset.model, preset.batch, args.devices, args.chunks, args.steps, args.warm_up)
+    print(format_trace(trace))
+    if args.json:
+        from .jsonio import write_json_atomic
+        write_json_atomic(args.json, trace)
+
+
+if __name__ == "__main__":
+    main()
