@@ -138,7 +138,10 @@ def format_trace(trace: Dict[str, Any]) -> str:
     serial = next(k for k in times if k.startswith("serial"))
     lines.append(f"  {serial}: {times[serial] * 1e3:.1f} ms; update (clip + Adam) "
                  f"{times['update'] * 1e3:.1f} ms")
-    lines.append("  busy per worker: " + ", ".join(f"{w[5:]} {times[w] * 1e3:.1f} ms" for w in workers))
+    if any(f"{phase} wall" in times for phase in PHASES):
+        lines.append("  busy per worker: " + ", ".join(f"{w[5:]} {times[w] * 1e3:.1f} ms" for w in workers))
+    else:
+        lines.append("  (one device, one chunk: the plain model on the calling thread, no workers)")
     return "\n".join(lines)
 
 
