@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Dict, List, Sequence, Tuple
 
 from . import quality_stats as qs
+from .quality_runs import undisturbed_speed
 
 COMPARISONS = [("hybrid", "lstm"), ("hybrid", "hybrid_if"), ("hybrid_if", "lstm")]
 OUTPUTS = ("test@default", "test@best", "probe@default", "probe@best")
@@ -75,9 +76,10 @@ def analyse(records: List[Dict[str, object]], hyps: List[Dict[str, List[str]]], 
             "stopped_by_patience": sum(r["stop"]["stopped_by"] == "patience" for r in mine),
             "train_tokens": qs.mean_std([r["train_tokens"] for r in mine]),
             "train_seconds": qs.mean_std([r["train_seconds"] for r in mine]),
-            # None when fairseq's train_wall (whole seconds) rounds to 0: tiny runs only
-            "tokens_per_second": qs.mean_std([r["speed"]["tokens_per_second"] for r in mine
-                                              if r["speed"]["tokens_per_second"]]),
+            # from the stored curve, so runs stored before this estimate get it too; None
+            # with fewer than two validations (tiny runs only)
+            "tokens_per_second": qs.mean_std([speed for speed in map(undisturbed_speed, (r["curve"] for r in mine))
+                                              if speed]),
             "peak_rss_mib": qs.mean_std([r["memory"]["peak_rss_bytes"] / 2 ** 20 for r in mine
                                          if r["memory"]["peak_rss_bytes"]]),
             "best_lenpen": [r["best_lenpen"] for r in mine],

@@ -44,7 +44,7 @@ def markdown(report: Dict[str, object], png: str) -> str:
         f"words. Unigram level of the validation set: perplexity {report['unigram']['perplexity']:.0f}.",
         "", f"![quality study]({png})", "",
         "| model | seeds | parameters | stopped by patience | best at update | within 1% of best at | "
-        "last update | best valid ppl | train tokens/s | peak RSS MiB |",
+        "last update | best valid ppl | train tokens/s (undisturbed) | peak RSS MiB |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for key, row in summary.items():
         lines.append(

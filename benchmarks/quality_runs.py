@@ -162,6 +162,26 @@ def training_speed(log: str) -> Dict[str, Optional[float]]:
             "timed_seconds": seconds}
 
 
+UNDISTURBED_PERCENTILE = 90
+
+
+def undisturbed_speed(curve: List[Dict[str, float]]) -> Optional[float]:
+    """Training target tokens/s of a run when nothing else slowed it: the 90th percentile
+    (nearest rank) of its per-interval speeds between consecutive validations (the first
+    interval, warm-up, left out). The study runs niced beside whatever else uses the
+    machine, and a paused or crowded interval only ever lowers a speed: over a whole run
+    (``training_speed``) the 2026-12-05 runs measured 1,100-2,500 tokens/s where their
+    undisturbed intervals ran at 3,500-6,000. None with fewer than two validations."""
+    speeds = sorted(
+        (after["train_tokens"] - before["train_tokens"]) / (after["train_seconds"] - before["train_seconds"])
+        for before, after in zip(curve, curve[1:]) if after["train_seconds"] > before["train_seconds"]
+    )
+    if not speeds:
+        return None
+    rank = -(-UNDISTURBED_PERCENTILE * len(speeds) // 100)  # nearest rank, 1-based
+    return speeds[rank - 1]
+
+
 def stopping(curve: List[Dict[str, float]], schedule: Schedule) -> Dict[str, object]:
     """Where the validation loss was lowest, where training stopped and why, and the first
     update within 1% of the lowest loss (how soon the model got to its final level)."""

@@ -12,7 +12,7 @@ import sacrebleu
 from benchmarks import quality, quality_stats as qs
 from benchmarks.quality_generate import best_lenpen, join, probe_groups
 from benchmarks.quality_runs import (Schedule, learning_curve, model_options, stopping, train_command,
-                                     training_speed, visible_devices)
+                                     training_speed, undisturbed_speed, visible_devices)
 from benchmarks.quality_store import SettingsMismatch, Store, plan
 
 REFS = ["the cat sat on the mat", "a dog barks at night", "it is raining again today",
@@ -152,6 +152,17 @@ def test_learning_curve_counts_updates_replayed_after_a_resume_once():
     assert [(p["updates"], p["train_seconds"], p["train_tokens"]) for p in curve] == [
         (10, 4.0, 1000.0), (20, 7.0, 2000.0), (30, 13.0, 3000.0), (40, 15.0, 4000.0)]
     assert training_speed(log) == {"tokens_per_second": 3000 / 11, "timed_tokens": 3000.0, "timed_seconds": 11.0}
+    # intervals after the first: 1000 tokens in 6 s, then in 2 s; the 90th percentile of two
+    # speeds (nearest rank: the 2nd) is the faster: a slowed interval cannot lower it
+    assert undisturbed_speed(curve) == 500.0
+    assert undisturbed_speed(curve[:1]) is None
+    # 11 validations, 100 tokens per second between them, but intervals 3 and 7 paused
+    # (5 s instead of 1): over the whole run 1000 tokens in 18 s, undisturbed 100 tokens/s
+    seconds = [0.0]
+    for interval in range(10):
+        seconds.append(seconds[-1] + (5.0 if interval in (3, 7) else 1.0))
+    paused = [{"train_tokens": 100.0 * i, "train_seconds": t} for i, t in enumerate(seconds)]
+    assert undisturbed_speed(paused) == 100.0
     patience = stopping(curve, Schedule(max_update=100, interval=10, patience=2))
     assert (patience["stopped_by"], patience["best_updates"], patience["validations_after_best"]) == ("patience", 20, 2)
     assert patience["updates_to_within_1pct"] == 20
