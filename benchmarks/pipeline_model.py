@@ -271,6 +271,23 @@ def pipeline_model_check(device: str, quick: bool) -> Tuple[str, Dict[str, Any]]
     return detail, data
 
 
+def profile_batch(profile: str, preset: str, sentences: Optional[int]) -> Tuple[Optional[BatchSize], str]:
+    """``--sentences`` with ``--profile``: the profile's batch (the preset's GPU batch; for
+    ``measured``, its measuring batch) with that many sentences, lengths kept, and the
+    suffix of the default JSON name (the committed default-batch results stay as they are).
+    (None, "") without ``--sentences``; ``--profile cpu`` (the model's check) takes none."""
+    if sentences is None:
+        return None, ""
+    if profile == "cpu":
+        raise ValueError(f"--sentences {sentences}: --profile cpu checks the model at the preset's "
+                         "batch; use --sentences with a GPU profile or measured")
+    if sentences < 1:
+        raise ValueError(f"--sentences {sentences}: at least 1")
+    spec = PRESETS[preset]
+    base = spec.batch if profile == "measured" else (spec.gpu_batch or spec.batch)
+    return BatchSize(sentences, base.source_len, base.target_len), f"-{sentences}-sentences"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="small")
@@ -321,6 +338,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             preset_layers = PRESETS[args.preset].model.layers
             counts = counts or list(range(1, min(4, preset_layers) + 1))
             chunk_list = chunks or [1, 2, 4, 8, 16]
+            batch, suffix = profile_batch(args.profile, args.preset, args.sentences)
             if args.profile == "cpu":
                 report = check_report(args.preset, args.repeats or 3)
                 print(format_check(report))
@@ -329,13 +347,13 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                 print(f"wrote {out}")
                 return
             if args.profile == "measured":
-                report = measured_report(args.device, args.preset, counts, chunk_list, link)
+                report = measured_report(args.device, args.preset, counts, chunk_list, link, batch=batch)
             else:
-                report = profile_report(args.profile, args.preset, counts, chunk_list, link)
+                report = profile_report(args.profile, args.preset, counts, chunk_list, link, batch=batch)
         except ValueError as error:
             sys.exit(f"pipeline_model.py: error: {error}")
         print(format_profile_report(report))
-        out = args.json or f"results/bench/pipeline-model-{args.preset}-{args.profile}.json"
+        out = args.json or f"results/bench/pipeline-model-{args.preset}-{args.profile}{suffix}.json"
         write_json_atomic(report, out)
         print(f"wrote {out}")
         return

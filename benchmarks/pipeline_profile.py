@@ -107,10 +107,12 @@ def planned_report(profile: DeviceProfile, model: ModelSize, batch: BatchSize, d
 
 
 def measured_report(device: str, preset: str, device_counts: Sequence[int],
-                    chunk_counts: Sequence[int], link: Link, repeats: int = 3) -> Dict[str, Any]:
-    """The same comparison from stage times measured on ``device`` (this machine)."""
+                    chunk_counts: Sequence[int], link: Link, repeats: int = 3,
+                    batch: Optional[BatchSize] = None) -> Dict[str, Any]:
+    """The same comparison from stage times measured on ``device`` (this machine), at
+    ``batch`` (default: the preset's measuring batch)."""
     spec = PRESETS[preset]
-    batch = spec.batch
+    batch = batch or spec.batch
 
     def stage_for(b: BatchSize, chunks: Sequence[int], devices: Sequence[int]):
         return measure_stage_times(spec.model, b, list(chunks), list(devices), repeats, 1,

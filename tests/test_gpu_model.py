@@ -136,6 +136,23 @@ def test_the_profile_report_prints_its_assumptions_ddp_and_a_pcie_row(tmp_path):
     assert bad.returncode != 0 and "--link 'fast'" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_sentences_sets_a_profiles_batch_and_is_refused_by_the_cpu_check(tmp_path, monkeypatch, capsys):
+    """``--sentences`` was silently ignored with ``--profile``: now it sets the profile's
+    batch (lengths kept) and the default JSON name says so; ``--profile cpu`` refuses it."""
+    from benchmarks import pipeline_model
+
+    monkeypatch.chdir(tmp_path)  # the default output path is relative
+    (tmp_path / "results" / "bench").mkdir(parents=True)
+    pipeline_model.main(["--profile", "h100-sxm", "--preset", "wmt", "--devices", "1,2",
+                         "--chunks", "1,2", "--sentences", "500"])
+    report = json.loads((tmp_path / "results/bench/pipeline-model-wmt-h100-sxm-500-sentences.json").read_text())
+    assert report["batch"] == {"sentences": 500, "source_len": 32, "target_len": 32}
+    assert "batch 500 sentences x 32 source" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as error:
+        pipeline_model.main(["--profile", "cpu", "--preset", "small", "--sentences", "3"])
+    assert "--sentences 3: --profile cpu checks the model at the preset's batch" in str(error.value)
+
+
 
 
 def test_a_measured_profile_has_positive_rates_and_feeds_the_analytic_model():
