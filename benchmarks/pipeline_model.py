@@ -271,6 +271,25 @@ def pipeline_model_check(device: str, quick: bool) -> Tuple[str, Dict[str, Any]]
     return detail, data
 
 
+DEFAULT_BANDWIDTH_GBS, DEFAULT_LATENCY_US = 10.0, 20.0  # the measured model's cuda schedule
+
+
+def unused_options(args: argparse.Namespace) -> Optional[str]:
+    """The options the chosen mode would ignore, as a one-line error (None if none): a
+    ``--profile`` takes its link from ``--link`` and measures nothing; the measured model
+    (no ``--profile``) takes ``--bandwidth-gbs``/``--latency-us``, not ``--link``."""
+    if args.profile:
+        given = [flag for flag, value in (("--validate", args.validate), ("--quick", args.quick),
+                                          ("--bandwidth-gbs", args.bandwidth_gbs is not None),
+                                          ("--latency-us", args.latency_us is not None)) if value]
+        if given:
+            return (f"{', '.join(given)}: not used with --profile {args.profile} (its link is "
+                    "--link: nvlink, pcie, ib or GB/s)")
+    elif args.link is not None:
+        return f"--link {args.link}: only with --profile (without it: --bandwidth-gbs, --latency-us)"
+    return None
+
+
 def profile_batch(profile: str, preset: str, sentences: Optional[int]) -> Tuple[Optional[BatchSize], str]:
     """``--sentences`` with ``--profile``: the profile's batch (the preset's GPU batch; for
     ``measured``, its measuring batch) with that many sentences, lengths kept, and the
@@ -309,14 +328,19 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--repeats", type=int)
     parser.add_argument("--sentences", type=int,
                         help="sentences per batch (default: the preset's; lengths stay)")
-    parser.add_argument("--bandwidth-gbs", type=float, default=10.0,
-                        help="device link bandwidth for the cuda schedule (GB/s)")
-    parser.add_argument("--latency-us", type=float, default=20.0,
-                        help="per-transfer latency for the cuda schedule (microseconds)")
+    parser.add_argument("--bandwidth-gbs", type=float,
+                        help="without --profile: device link bandwidth for the cuda schedule "
+                        f"(GB/s, default {DEFAULT_BANDWIDTH_GBS})")
+    parser.add_argument("--latency-us", type=float,
+                        help="without --profile: per-transfer latency for the cuda schedule "
+                        f"(microseconds, default {DEFAULT_LATENCY_US})")
     parser.add_argument("--device", default="cpu",
                         help="where to measure one device's stage times: cpu (default) or cuda")
     parser.add_argument("--json", help="write the report here (atomically)")
     args = parser.parse_args(argv)
+    ignored = unused_options(args)
+    if ignored:
+        sys.exit(f"pipeline_model.py: error: {ignored}")
     logging.getLogger("fairseq_hybrid").setLevel(logging.WARNING)  # no placement tables
     try:
         chunks = [int(c) for c in args.chunks.split(",")] if args.chunks else None
@@ -359,7 +383,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         return
     try:
         report = run(args.preset, args.quick, args.validate, max(counts) if counts else None, chunks,
-                     args.bandwidth_gbs, args.latency_us, args.repeats,
+                     DEFAULT_BANDWIDTH_GBS if args.bandwidth_gbs is None else args.bandwidth_gbs,
+                     DEFAULT_LATENCY_US if args.latency_us is None else args.latency_us, args.repeats,
                      progress=lambda m: print(f"  .. {m}", file=sys.stderr, flush=True),
                      device=args.device, sentences=args.sentences)
     except ValueError as error:

@@ -153,6 +153,22 @@ def test_sentences_sets_a_profiles_batch_and_is_refused_by_the_cpu_check(tmp_pat
     assert "--sentences 3: --profile cpu checks the model at the preset's batch" in str(error.value)
 
 
+@pytest.mark.parametrize("args,message", [
+    (["--profile", "h100-sxm", "--bandwidth-gbs", "25"],
+     "--bandwidth-gbs: not used with --profile h100-sxm (its link is --link"),
+    (["--profile", "a100-sxm", "--validate", "--quick"], "--validate, --quick: not used with --profile a100-sxm"),
+    (["--link", "pcie"], "--link pcie: only with --profile"),
+])
+def test_options_the_chosen_mode_would_ignore_are_one_line_errors(args, message):
+    """A profile's link comes from --link: a --bandwidth-gbs beside it was silently
+    ignored (the prediction then used NVLink while the user asked for 25 GB/s)."""
+    from benchmarks import pipeline_model
+
+    with pytest.raises(SystemExit) as error:
+        pipeline_model.main(args)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
 
 
 def test_a_measured_profile_has_positive_rates_and_feeds_the_analytic_model():
