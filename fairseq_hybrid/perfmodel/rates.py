@@ -10,7 +10,9 @@ import statistics
 from typing import Callable
 
 import torch
+from fairseq.modules import FairseqDropout
 
+from ..model.dropout import dropout_mask
 from ..model.initialized_layers import lstm_layer
 from ..model.lstm_stack import run_layer
 from .analytic import lstm_flops_per_token
@@ -48,8 +50,9 @@ def measure_profile(model: ModelSize, batch: BatchSize, device: str = "cpu", thr
             other = torch.randn_like(big)
             # an in-place add: read two, write one (no allocation inside the timing)
             stream = 3 * big.numel() * 4 / _median_seconds(lambda: big.add_(other), clock, repeats)
-            mask = torch.empty_like(big)
-            random = big.numel() / _median_seconds(lambda: mask.bernoulli_(0.9), clock, repeats)
+            dropout = FairseqDropout(0.1).train()  # the model's own draw (``dropout_mask``)
+            random = big.numel() / _median_seconds(lambda: dropout_mask(dropout, big.shape, big),
+                                                   clock, repeats)
             tiny = torch.randn(4, device=dev)
             kernel = _median_seconds(lambda: torch.add(tiny, tiny), clock, repeats, inner=200)
         layer = lstm_layer(model.hidden, model.hidden).to(dev)
