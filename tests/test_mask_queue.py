@@ -1,6 +1,7 @@
 """Queued dropout masks (fairseq_hybrid/model/dropout.py: MaskQueue): drawn in the order
 they were queued whoever asks first, and in the engine drawn while the pipeline's workers
 run — only what the first clock cycle needs is drawn before it is handed out."""
+import pytest
 import torch
 
 from fairseq_hybrid.model.dropout import MaskQueue, resolve
@@ -23,6 +24,20 @@ def test_masks_are_drawn_in_queue_order_whoever_asks_first():
     assert float(resolve(first)) == 1.0 and float(resolve(second)) == 2.0  # drawn once
     assert order == ["a", "b", "c"] and not queue.draw_next()
     assert resolve(None) is None and float(resolve(torch.ones(1))) == 1.0
+
+
+def test_a_mask_whose_draw_failed_raises_instead_of_waiting_forever():
+    queue = MaskQueue()
+
+    def fail():
+        raise MemoryError("no room for the mask")
+
+    broken, after = queue.add(fail), queue.add(lambda: torch.zeros(1))
+    with pytest.raises(MemoryError):
+        resolve(after)
+    with pytest.raises(RuntimeError, match="never drawn"):
+        resolve(broken)
+    assert float(resolve(after)) == 0.0
 
 
 def test_the_engine_draws_masks_while_the_pipeline_runs(monkeypatch):

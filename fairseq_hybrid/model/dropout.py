@@ -59,7 +59,8 @@ class LazyMask:
 
     def get(self) -> Optional[Tensor]:
         while not self._drawn:
-            self._queue.draw_next()
+            if not self._queue.draw_next():  # its draw failed earlier and was reported then
+                raise RuntimeError("a queued dropout mask was never drawn (its draw failed)")
         return self._value
 
 
