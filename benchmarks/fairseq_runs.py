@@ -105,11 +105,11 @@ def interval_speed(log: str, log_interval: int) -> tuple:
 
 def train_command(
     data: str, config: TrainConfig, updates: int, log_interval: int, save_dir: Optional[str],
-    extra: str, optimizer: str = "torch_adam",
+    extra: str, optimizer: str = "torch_adam", user_dir: str = USER_DIR,
 ) -> List[str]:
     save = ["--save-dir", save_dir, "--no-epoch-checkpoints"] if save_dir else ["--no-save"]
     return [
-        str(BIN / "fairseq-train"), data, "--user-dir", USER_DIR,
+        str(BIN / "fairseq-train"), data, "--user-dir", user_dir,
         "--optimizer", optimizer, "--lr", "0.001", "--clip-norm", "1.0",
         "--criterion", config.criterion, "--label-smoothing", "0.1",
         "--max-tokens", str(config.max_tokens), "--max-update", str(updates),
@@ -124,14 +124,17 @@ def run_training(
     data: str, config: TrainConfig, updates: int, log_interval: int,
     save_dir: Optional[str] = None, extra: str = "", timeout: float = 1800,
     optimizer: str = "torch_adam", env: Optional[Dict[str, str]] = None,
+    user_dir: str = USER_DIR,
 ) -> TrainResult:
-    """Train ``config`` for ``updates`` updates and measure it (see the module doc)."""
+    """Train ``config`` for ``updates`` updates and measure it (see the module doc).
+    ``user_dir``: the plugin fairseq loads (another checkout's, for ``benchmarks.ab``)."""
     with tempfile.TemporaryDirectory() as tmp:
         memory_dir = Path(tmp) / "memory"
         memory_dir.mkdir()
         env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(config.threads),
                    FAIRSEQ_HYBRID_MEMORY_REPORT=str(memory_dir), **(env or {}), **config.env)
-        command = train_command(data, config, updates, log_interval, save_dir, extra, optimizer)
+        command = train_command(data, config, updates, log_interval, save_dir, extra, optimizer,
+                                user_dir)
         if config.processes > 1 and "cuda" not in config.options:
             port = free_port()
             commands = [

@@ -162,7 +162,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     print(format_trace(trace))
     if args.json:
         from .jsonio import write_json_atomic
-        write_json_atomic(args.json, trace)
+        write_json_atomic(trace, args.json)
 
 
 if __name__ == "__main__":

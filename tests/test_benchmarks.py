@@ -205,3 +205,49 @@ def test_step_trace_splits_a_two_device_step_into_its_phases(monkeypatch, capsys
     with pytest.raises(SystemExit):
         step_trace.main(["--chunks", "0"])
     assert "--chunks 0" in capsys.readouterr().err
+
+
+def test_ab_interleaves_the_two_plugins_and_reports_each_rounds_ratio(monkeypatch):
+    """Round 1 runs before then after, round 2 after then before; medians and ratios are
+    the hand-computed ones."""
+    from benchmarks import ab
+    from benchmarks.fairseq_runs import TrainConfig, TrainResult
+
+    speeds = {"old": iter([100.0, 110.0, 90.0]), "new": iter([120.0, 121.0, 99.0])}
+    calls = []
+
+    def fake_training(data, config, updates, log_interval, user_dir):
+        calls.append((config.key, user_dir))
+        return TrainResult(next(speeds[user_dir]), 1.0, updates, 1.0, [], {})
+
+    monkeypatch.setattr(ab, "run_training", fake_training)
+    config = TrainConfig("e", "hybrid, 2 devices", "--arch hybrid_lstm", 2)
+    report = ab.compare("data", [config], {"before": "old", "after": "new"}, rounds=3, updates=8,
+                        log_interval=2, progress=lambda message: None)
+    assert [d for _, d in calls] == ["old", "new", "new", "old", "old", "new"]
+    entry = report["e"]
+    assert entry["median"] == {"before": 100.0, "after": 120.0}
+    assert entry["ratio_after_over_before"] == pytest.approx(1.2)
+    assert entry["round_ratios"] == pytest.approx([1.2, 121 / 110, 99 / 90])
+    assert "120 / 100 = 1.200x" in ab.format_report(report, "abc123")
+
+
+def test_ab_worktree_holds_the_base_plugin_and_fairseq_loads_it_from_there(tmp_path):
+    """The base side really is the other commit's code: fairseq's --user-dir import takes
+    the worktree's package, not the editable install of this checkout."""
+    from benchmarks import ab
+    from benchmarks.fairseq_runs import BenchmarkError
+
+    with ab.worktree("HEAD") as path:
+        assert (path / "fairseq_hybrid" / "__init__.py").is_file()
+        probe = subprocess.run(
+            [sys.executable, "-c", "import argparse; from fairseq import utils; "
+             f"utils.import_user_module(argparse.Namespace(user_dir={str(path / 'fairseq_hybrid')!r})); "
+             "import fairseq_hybrid; print(fairseq_hybrid.__file__)"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120)  # as fairseq-train runs
+        assert probe.returncode == 0, probe.stderr[-2000:]
+        assert probe.stdout.strip().splitlines()[-1].startswith(str(path))
+    assert not path.exists()
+    with pytest.raises(BenchmarkError, match="--base 'no-such-commit': not a commit"):
+        with ab.worktree("no-such-commit"):
+            pass
