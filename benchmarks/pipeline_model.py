@@ -43,6 +43,9 @@ from .pipeline_profile import (
 from .pipeline_model_report import phase_times, stage_summary, format_report
 
 
+DEFAULT_BANDWIDTH_GBS, DEFAULT_LATENCY_US = 10.0, 20.0  # the measured model's cuda schedule
+
+
 def measure_real_steps(
     size: ModelSize, batch: BatchSize, configs: Sequence[Tuple[int, int]], repeats: int = 3,
     threads: int = 1, progress: Callable[[str], None] = lambda message: None,
@@ -110,8 +113,8 @@ def run(
     validate: bool = False,
     devices: Optional[int] = None,
     chunks: Optional[Sequence[int]] = None,
-    bandwidth_gbs: float = 10.0,
-    latency_us: float = 20.0,
+    bandwidth_gbs: float = DEFAULT_BANDWIDTH_GBS,
+    latency_us: float = DEFAULT_LATENCY_US,
     repeats: Optional[int] = None,
     progress: Callable[[str], None] = lambda message: None,
     device: str = "cpu",
@@ -131,9 +134,7 @@ def run(
     batch = spec.quick_batch if quick else spec.batch
     note = spec.note
     if sentences is not None:
-        if sentences < 1:
-            raise ValueError(f"--sentences {sentences}: at least 1")
-        batch = BatchSize(sentences, batch.source_len, batch.target_len)
+        batch = with_sentences(batch, sentences)
         note = f"{sentences} sentences (set with --sentences)"
     devices = devices or (2 if preset == "small" else 4)
     if devices > spec.model.layers:
@@ -271,7 +272,6 @@ def pipeline_model_check(device: str, quick: bool) -> Tuple[str, Dict[str, Any]]
     return detail, data
 
 
-DEFAULT_BANDWIDTH_GBS, DEFAULT_LATENCY_US = 10.0, 20.0  # the measured model's cuda schedule
 
 
 def unused_options(args: argparse.Namespace) -> Optional[str]:
@@ -290,6 +290,13 @@ def unused_options(args: argparse.Namespace) -> Optional[str]:
     return None
 
 
+def with_sentences(batch: BatchSize, sentences: int) -> BatchSize:
+    """``batch`` with ``sentences`` sentences, lengths kept (``--sentences``)."""
+    if sentences < 1:
+        raise ValueError(f"--sentences {sentences}: at least 1")
+    return BatchSize(sentences, batch.source_len, batch.target_len)
+
+
 def profile_batch(profile: str, preset: str, sentences: Optional[int]) -> Tuple[Optional[BatchSize], str]:
     """``--sentences`` with ``--profile``: the profile's batch (the preset's GPU batch; for
     ``measured``, its measuring batch) with that many sentences, lengths kept, and the
@@ -300,11 +307,9 @@ def profile_batch(profile: str, preset: str, sentences: Optional[int]) -> Tuple[
     if profile == "cpu":
         raise ValueError(f"--sentences {sentences}: --profile cpu checks the model at the preset's "
                          "batch; use --sentences with a GPU profile or measured")
-    if sentences < 1:
-        raise ValueError(f"--sentences {sentences}: at least 1")
     spec = PRESETS[preset]
     base = spec.batch if profile == "measured" else (spec.gpu_batch or spec.batch)
-    return BatchSize(sentences, base.source_len, base.target_len), f"-{sentences}-sentences"
+    return with_sentences(base, sentences), f"-{sentences}-sentences"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
