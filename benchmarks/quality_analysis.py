@@ -78,7 +78,7 @@ def analyse(records: List[Dict[str, object]], hyps: List[Dict[str, List[str]]], 
             "train_seconds": qs.mean_std([r["train_seconds"] for r in mine]),
             # from the stored curve, so runs stored before this estimate get it too; None
             # with fewer than two validations (tiny runs only)
-            "tokens_per_second": qs.mean_std([speed for speed in map(undisturbed_speed, (r["curve"] for r in mine))
+            "tokens_per_second": qs.mean_std([speed for speed in (undisturbed_speed(r["curve"]) for r in mine)
                                               if speed]),
             "peak_rss_mib": qs.mean_std([r["memory"]["peak_rss_bytes"] / 2 ** 20 for r in mine
                                          if r["memory"]["peak_rss_bytes"]]),

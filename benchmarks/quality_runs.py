@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Set
 
+import numpy as np
+
 from .fairseq_runs import BIN, USER_DIR, BenchmarkError
 
 MEMORY_ENV = "FAIRSEQ_HYBRID_MEMORY_REPORT"  # fairseq_hybrid/tools/memory_report.py
@@ -172,14 +174,12 @@ def undisturbed_speed(curve: List[Dict[str, float]]) -> Optional[float]:
     machine, and a paused or crowded interval only ever lowers a speed: over a whole run
     (``training_speed``) the 2026-12-05 runs measured 1,100-2,500 tokens/s where their
     undisturbed intervals ran at 3,500-6,000. None with fewer than two validations."""
-    speeds = sorted(
-        (after["train_tokens"] - before["train_tokens"]) / (after["train_seconds"] - before["train_seconds"])
-        for before, after in zip(curve, curve[1:]) if after["train_seconds"] > before["train_seconds"]
-    )
+    speeds = [(after["train_tokens"] - before["train_tokens"]) / (after["train_seconds"] - before["train_seconds"])
+              for before, after in zip(curve, curve[1:]) if after["train_seconds"] > before["train_seconds"]]
     if not speeds:
         return None
-    rank = -(-UNDISTURBED_PERCENTILE * len(speeds) // 100)  # nearest rank, 1-based
-    return speeds[rank - 1]
+    # numpy's inverted_cdf is the nearest-rank percentile: always one of the measured speeds
+    return float(np.percentile(speeds, UNDISTURBED_PERCENTILE, method="inverted_cdf"))
 
 
 def stopping(curve: List[Dict[str, float]], schedule: Schedule) -> Dict[str, object]:
