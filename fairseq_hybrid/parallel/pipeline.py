@@ -176,7 +176,7 @@ class WavefrontPipeline:
         }
         results = _StagedPipeline.apply(
             self, torch.is_grad_enabled(), source_lengths.cpu(), spans,
-            (masks, draw_ahead), source, source.new_zeros(0) if target is None else target,
+            masks, draw_ahead, source, source.new_zeros(0) if target is None else target,
         )
         encoder_top, decoder_top = results[0], results[1]
         hiddens = results[2 : 2 + self.num_layers]
@@ -403,11 +403,10 @@ class _StagedPipeline(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, pipeline: WavefrontPipeline, grad_enabled: bool, lengths: Tensor, spans,
-                masks_and_draw: Tuple[Masks, Optional[Callable[[], Any]]], source: Tensor,
+                masks: Masks, draw_ahead: Optional[Callable[[], Any]], source: Tensor,
                 target: Tensor):
         ctx.set_materialize_grads(False)  # unused outputs get None, not zeros
         has_target = target.numel() > 0
-        masks, draw_ahead = masks_and_draw
         with torch.set_grad_enabled(grad_enabled):
             outputs, states, records = pipeline.forward_cells(
                 source, lengths, target if has_target else None, spans, masks, draw_ahead,
@@ -431,7 +430,7 @@ class _StagedPipeline(torch.autograd.Function):
         )
         ctx.records = None  # free the cells' graphs
         source, target = ctx.like
-        return (None, None, None, None, None,
+        return (None, None, None, None, None, None,
                 join_chunks(input_grads[ENCODER], ctx.spans[ENCODER], source),
                 join_chunks(input_grads[DECODER], ctx.spans[DECODER], target))
 
