@@ -191,7 +191,7 @@ class HybridLSTMDecoder(FairseqIncrementalDecoder):
             x = self.embed(prev_output_tokens)
             return self._input_fed_features(x, states, input_feed, encoder_out, incremental_state)
         draws = draws if draws is not None else self.draw_inputs(prev_output_tokens)
-        top, finals = self.stack(draws.target, None, states, masks=draws.masks)
+        top, finals = self.stack(draws.target, None, states, draws.masks)
         self.store_state(incremental_state, finals, None)
         return top.transpose(0, 1), {"attn": None, "encoder_out": encoder_out}
 

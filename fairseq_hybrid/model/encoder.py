@@ -108,7 +108,7 @@ class HybridLSTMEncoder(FairseqEncoder):
     ) -> EncoderOut:
         """``draws``: drawn by the caller (``HybridLSTMModel.draw_step``) or here."""
         draws = draws if draws is not None else self.draw_inputs(src_tokens)
-        top, finals = self.stack(draws.source, src_lengths, masks=draws.masks)
+        top, finals = self.stack(draws.source, src_lengths, None, draws.masks)
         # the head attends over S on the embeddings' (master) device
         return self.output(top.to(self.embed_tokens.weight.device), finals, src_tokens, draws)
 

@@ -124,12 +124,12 @@ class LSTMStack(nn.Module):
     def forward(
         self,
         x: Tensor,
-        steps: Optional[Tensor] = None,
-        initial: Optional[List[State]] = None,
-        masks: Optional[List[Mask]] = None,
+        steps: Optional[Tensor],
+        initial: Optional[List[State]],
+        masks: List[Mask],
     ) -> Tuple[Tensor, List[State]]:
-        if masks is None:
-            masks = self.draw_masks(x.size(0), x.size(1), x)
+        """``masks``: each layer's input mask (``draw_masks``: the caller draws them, with
+        the embeddings' dropout as layer 0's, in the step's one draw order)."""
         finals: List[State] = []
         for index, layer in enumerate(self.layers):
             device = device_of(layer)
