@@ -91,6 +91,32 @@ def test_a_bad_restore_file_is_one_line(tmp_path, kind):
     checkpoints.check_restore_file(SimpleNamespace(restore_file="checkpoint_last.pt"))  # default
 
 
+@pytest.mark.parametrize("extra_state, reset, expected", [
+    ({"best": 5.0, "val_loss": 5.2, checkpoints.PATIENCE_STATE: {"best": 5.0, "num_runs": 2}}, False, (5.0, 2)),
+    ({"best": 5.0, "val_loss": 5.2}, False, (5.0, 0)),  # saved without the plugin: from its best
+    ({"best": 5.0, "val_loss": 5.2, checkpoints.PATIENCE_STATE: {"best": 5.0, "num_runs": 2}}, True, None),
+    ({"val_loss": 5.2}, False, None),  # nothing to count from
+])
+def test_the_patience_count_is_restored_from_the_checkpoint(extra_state, reset, expected):
+    from types import SimpleNamespace
+
+    import fairseq_cli.train
+
+    counter = fairseq_cli.train.should_stop_early
+    kept = {name: vars(counter).pop(name) for name in ("best", "num_runs") if name in vars(counter)}
+    try:
+        cfg = SimpleNamespace(reset_optimizer=reset, reset_meters=False, patience=3)
+        checkpoints.restore_patience(cfg, extra_state)
+        got = (counter.best, counter.num_runs) if hasattr(counter, "best") else None
+        assert got == expected
+        assert checkpoints.patience_state() == (None if expected is None else
+                                                {"best": expected[0], "num_runs": expected[1]})
+    finally:  # fairseq keeps the count on the function: leave it as it was
+        for name in ("best", "num_runs"):
+            vars(counter).pop(name, None)
+        vars(counter).update(kept)
+
+
 # ------------------------------------------------------------------ end to end
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
@@ -125,6 +151,44 @@ def test_a_rerun_of_a_finished_training_changes_nothing(data, tmp_path):
                        cwd=data, check=False)
     assert missing.returncode == 1
     assert "--restore-file 'nowhere.pt' does not exist" in only_line(missing)
+
+
+def validations(log: str):
+    """The updates fairseq validated at, from ``--log-format json`` valid records."""
+    import json
+    return [int(json.loads(line[line.index("{"):])["valid_num_updates"])
+            for line in log.splitlines() if '"valid_num_updates"' in line]
+
+
+@pytest.mark.slow
+def test_patience_counts_across_a_resume_and_a_rerun_after_it_stopped_trains_nothing(data, tmp_path):
+    # with --lr 0 no validation is better than the first: --patience 3 stops at update 4
+    def patience_args(save, updates, patience=3):
+        return args(data, save, "--lr", "0", "--patience", str(patience), "--validate-interval-updates", "1",
+                    "--save-interval-updates", "1", "--max-update", str(updates),
+                    "--log-format", "json", "--log-interval", "1")
+
+    whole = run_tool("fairseq-train", patience_args(tmp_path / "whole", 20), cwd=data)
+    assert validations(whole.stdout) == [1, 2, 3, 4] and "early stop" in whole.stdout
+
+    save = tmp_path / "resumed"
+    first = run_tool("fairseq-train", patience_args(save, 2), cwd=data)
+    assert validations(first.stdout) == [1, 2]
+    resumed = run_tool("fairseq-train", patience_args(save, 20), cwd=data)
+    assert validations(resumed.stdout) == [3, 4]  # fairseq alone restarted the count: 3..6
+    assert "early stop" in resumed.stdout
+    state = torch.load(save / "checkpoint_last.pt", weights_only=False)["extra_state"]
+    assert state[checkpoints.PATIENCE_STATE]["num_runs"] == 3
+    assert state[checkpoints.PATIENCE_STATE]["best"] == state["best"]
+
+    before = {p.name: (p.stat().st_mtime_ns, p.stat().st_ino) for p in save.iterdir()}
+    again = run_tool("fairseq-train", patience_args(save, 20), cwd=data, check=False)
+    assert again.returncode == 0 and "train_inner" not in again.stdout
+    assert only_line(again).startswith(f"fairseq_hybrid: training in {save} is in epoch 1, 4 updates: "
+                                       "--patience 3 already stopped it (3 validations without a better loss")
+    assert {p.name: (p.stat().st_mtime_ns, p.stat().st_ino) for p in save.iterdir()} == before
+    more = run_tool("fairseq-train", patience_args(save, 20, patience=4), cwd=data)
+    assert validations(more.stdout) == [5]  # a larger --patience trains on, one more validation
 
 
 # ------------------------------------------------------------------ the last batch, errors

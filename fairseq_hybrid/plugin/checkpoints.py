@@ -24,6 +24,16 @@
   line (fairseq trained from scratch without a word); a rerun of a training that already
   reached ``--max-update``/``--max-epoch`` says so in one line and exits 0 before it
   changes anything (fairseq made one more update and overwrote the checkpoints).
+- ``patience_that_survives_a_resume``: fairseq-train keeps ``--patience``'s count (the best
+  validation value and the validations since it) on its ``should_stop_early`` function
+  only, so a resumed run starts counting again from its first validation, compared with
+  that validation's value instead of the best one: it trains past the point where the
+  uninterrupted run stops, and may save a ``checkpoint_best.pt`` that run never reaches; a
+  rerun of a run that patience stopped trains on. Here the count is saved in every
+  checkpoint's ``extra_state`` and restored with it (as fairseq restores the best value
+  ``checkpoint_best.pt`` is judged by), and a rerun of a run that patience stopped says so
+  and exits like one that reached ``--max-update``. A checkpoint saved without the count
+  restarts it at 0 from the checkpoint's best value, and says so.
 """
 from __future__ import annotations
 
@@ -39,6 +49,7 @@ from typing import Any, Dict, Optional
 
 import torch
 from fairseq import checkpoint_utils, file_io
+from fairseq.trainer import Trainer
 
 from ..errors import HybridConfigError
 
@@ -341,6 +352,58 @@ def check_restore_file(cfg: Any, suffix: str = "") -> None:
         )
 
 
+PATIENCE_STATE = "should_stop_early"  # extra_state key: {"best": value, "num_runs": count}
+
+
+def early_stopping() -> Optional[Any]:
+    """fairseq-train's ``should_stop_early`` (which keeps ``--patience``'s count as its own
+    attributes), when fairseq-train (or fairseq-hydra-train, which runs it) is running."""
+    return getattr(sys.modules.get("fairseq_cli.train"), "should_stop_early", None)
+
+
+def patience_state() -> Optional[Dict[str, Any]]:
+    """``--patience``'s count now: the best validation value and the validations since."""
+    counter = early_stopping()
+    if counter is None or getattr(counter, "best", None) is None:
+        return None
+    return {"best": counter.best, "num_runs": int(getattr(counter, "num_runs", 0))}
+
+
+def restore_patience(cfg: Any, extra_state: Optional[Dict[str, Any]]) -> None:
+    """Set ``should_stop_early``'s count from a loaded checkpoint, under the condition
+    fairseq restores the best value with (neither optimizer nor meters reset)."""
+    counter = early_stopping()
+    if counter is None or not extra_state or cfg.reset_optimizer or cfg.reset_meters:
+        return
+    state = extra_state.get(PATIENCE_STATE)
+    if state is None and extra_state.get("best") is not None:
+        state = {"best": extra_state["best"], "num_runs": 0}
+        if getattr(cfg, "patience", 0) > 0 and extra_state.get("val_loss") != state["best"]:
+            logger.warning(
+                "fairseq_hybrid: the checkpoint does not hold --patience's count (saved without "
+                "the plugin): counting restarts at 0 validations since its best value %s",
+                state["best"])
+    if state is not None:
+        counter.best, counter.num_runs = state["best"], int(state["num_runs"])
+
+
+def saving_patience() -> None:
+    """Every checkpoint fairseq's trainer saves carries ``--patience``'s count."""
+    original = Trainer.save_checkpoint
+    if getattr(original, "_hybrid_patience", False):
+        return
+
+    @functools.wraps(original)
+    def save_checkpoint(self: Any, filename: str, extra_state: Any) -> Any:
+        state = patience_state()
+        if state is not None and isinstance(extra_state, dict):
+            extra_state = {**extra_state, PATIENCE_STATE: state}
+        return original(self, filename, extra_state)
+
+    save_checkpoint._hybrid_patience = True
+    Trainer.save_checkpoint = save_checkpoint
+
+
 def already_done(cfg: Any, trainer: Any, epoch_itr: Any) -> Optional[str]:
     """The line to print when the loaded checkpoint already reached the run's limits."""
     optimization = trainer.cfg.optimization
@@ -354,6 +417,12 @@ def already_done(cfg: Any, trainer: Any, epoch_itr: Any) -> Optional[str]:
     if optimization.max_epoch and epoch > optimization.max_epoch:
         return (f"{where}: --max-epoch {optimization.max_epoch} is already done; nothing to do "
                 "and no checkpoint changed (raise --max-epoch to train further)")
+    state = patience_state()
+    patience = getattr(cfg, "patience", 0) or 0
+    if patience > 0 and state is not None and state["num_runs"] >= patience:
+        return (f"{where}: --patience {patience} already stopped it ({state['num_runs']} "
+                f"validations without a better {cfg.best_checkpoint_metric} than {state['best']}); "
+                "nothing to do and no checkpoint changed (raise --patience to train further)")
     return None
 
 
@@ -367,6 +436,7 @@ def checked_resume() -> None:
     def load_checkpoint(cfg: Any, trainer: Any, **passthrough: Any) -> Any:
         check_restore_file(cfg, getattr(trainer, "checkpoint_suffix", "") or "")
         extra_state, epoch_itr = original(cfg, trainer, **passthrough)
+        restore_patience(cfg, extra_state)
         line = already_done(cfg, trainer, epoch_itr) if extra_state is not None else None
         if line is not None:
             if getattr(trainer, "data_parallel_rank", 0) == 0:
@@ -383,3 +453,4 @@ def apply() -> None:
     safe_saves()
     checked_save_dir()
     checked_resume()
+    saving_patience()

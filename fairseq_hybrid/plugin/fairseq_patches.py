@@ -12,7 +12,9 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
 - ``checkpoints.apply()`` (``plugin/checkpoints.py``): checkpoints that are never lost
   or half written (atomic saves and copies, one line on a full or read-only disk, temporary
   files of killed saves removed at the next start), unreadable checkpoints and a missing
-  ``--restore-file`` in one line, and a rerun of a finished training that changes nothing.
+  ``--restore-file`` in one line, a rerun of a finished training that changes nothing, and
+  ``--patience``'s count saved in each checkpoint, so a resumed run stops where the
+  uninterrupted one does and a rerun of a run patience stopped trains no further.
 - ``keep_last_batch``: fairseq's ``data_utils.batch_by_size`` silently drops the last
   batch when its size is not a multiple of ``--required-batch-size-multiple`` (default 8;
   fairseq issue #5036): fairseq-generate misses test sentences, validation skips some, and
