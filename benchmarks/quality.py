@@ -37,7 +37,8 @@ from . import quality_analysis, quality_chart, quality_report
 from .data import sample_data
 from .fairseq_runs import ROOT, BenchmarkError
 from .quality_generate import join, job, probe_groups, read_output, run_jobs, write_probe
-from .quality_runs import MODEL, MODELS, Schedule, model_options, sizes, stop_children, train, visible_devices
+from .quality_runs import (MODEL, MODELS, Schedule, as_uninterrupted, model_options, sizes, stop_children, train,
+                           visible_devices)
 from .quality_stats import unigram_perplexity
 from .quality_store import Store, plan, write_text
 
@@ -307,7 +308,7 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
         probe = write_probe(data, test["probe_groups"], Path(args.work) / args.name / "probe-bin")
         run_all(args, store, data, probe, schedule, runs, test, todo)
     loaded = {(k, s): store.load(k, s) for k, s in runs}
-    done = [(v[0], v[1]) for v in loaded.values() if v]
+    done = [(as_uninterrupted(v[0], schedule), v[1]) for v in loaded.values() if v]
     if not done:
         raise BenchmarkError(f"no finished runs under {store.records} to report on")
     report: Dict[str, object] = {

@@ -182,20 +182,63 @@ def undisturbed_speed(curve: List[Dict[str, float]]) -> Optional[float]:
     return float(np.percentile(speeds, UNDISTURBED_PERCENTILE, method="inverted_cdf"))
 
 
+def patience_stop(curve: List[Dict[str, float]], patience: int) -> Optional[int]:
+    """The index of the validation at which ``--patience`` stops a run that was never
+    interrupted: fairseq's own rule (``should_stop_early``: a loss not lower than the best so
+    far adds one, a lower one starts again at 0; the losses it compares are the logged ones,
+    rounded to 3 decimals by its meters). None: the curve never gets there."""
+    best, since = None, 0
+    for index, point in enumerate(curve):
+        if best is None or point["loss"] < best:
+            best, since = point["loss"], 0
+        else:
+            since += 1
+            if since >= patience:
+                return index
+    return None
+
+
 def stopping(curve: List[Dict[str, float]], schedule: Schedule) -> Dict[str, object]:
     """Where the validation loss was lowest, where training stopped and why, and the first
-    update within 1% of the lowest loss (how soon the model got to its final level)."""
+    update within 1% of the lowest loss (how soon the model got to its final level) — up to
+    where ``--patience`` stops the run uninterrupted (``patience_stop``). A curve that goes on
+    past that point (fairseq before the plugin kept the count across a resume: it restarted
+    it) says how far (``trained_past_stop``, updates) and whether its lowest loss came only
+    after (``best_after_stop``: the run's best checkpoint is then not the uninterrupted
+    run's)."""
     if not curve:
         raise BenchmarkError("no validation in the training log")
-    best = min(curve, key=lambda p: (p["loss"], p["updates"]))
-    after = sum(p["updates"] > best["updates"] for p in curve)
-    near = next(p["updates"] for p in curve if p["loss"] <= best["loss"] * 1.01)
-    last = curve[-1]["updates"]
-    reason = "patience" if after >= schedule.patience else "max_update" if last >= schedule.max_update else None
+    stop_at = patience_stop(curve, schedule.patience)
+    counted = curve if stop_at is None else curve[:stop_at + 1]
+    best = min(counted, key=lambda p: (p["loss"], p["updates"]))
+    after = sum(p["updates"] > best["updates"] for p in counted)
+    near = next(p["updates"] for p in counted if p["loss"] <= best["loss"] * 1.01)
+    last = counted[-1]["updates"]
+    reason = "patience" if stop_at is not None else "max_update" if last >= schedule.max_update else None
     return {"best_updates": best["updates"], "best_loss": best["loss"], "best_nll_loss": best["nll_loss"],
             "best_ppl": best["ppl"], "last_updates": last, "validations_after_best": after,
             "stopped_by": reason, "updates_to_within_1pct": near,
-            "last_loss_change": curve[-1]["loss"] - best["loss"]}
+            "last_loss_change": counted[-1]["loss"] - best["loss"],
+            "trained_past_stop": curve[-1]["updates"] - last,
+            "best_after_stop": min(p["loss"] for p in curve) < best["loss"]}
+
+
+def as_uninterrupted(record: Dict[str, object], schedule: Schedule) -> Dict[str, object]:
+    """A stored run as the uninterrupted run would have ended: its stop recomputed from the
+    curve (records stored before ``stopping`` knew ``patience_stop`` get it too), the curve,
+    training time and tokens cut at that stop. A run whose best checkpoint came after it
+    cannot be cut: an error names the files to delete so that a rerun trains it again."""
+    curve = record["curve"]
+    stop = stopping(curve, schedule)
+    if stop["best_after_stop"]:
+        raise BenchmarkError(
+            f"{record['model']} seed {record['seed']} trained past its --patience stop at update "
+            f"{stop['last_updates']} (resumed before the plugin kept the count) and its best checkpoint "
+            "comes from later, where an uninterrupted run never gets: delete its record and hypotheses "
+            "to train it again")
+    counted = [p for p in curve if p["updates"] <= stop["last_updates"]]
+    return {**record, "stop": stop, "curve": counted, "train_seconds": counted[-1]["train_seconds"],
+            "train_tokens": counted[-1]["train_tokens"]}
 
 
 def parameters(log: str) -> int:

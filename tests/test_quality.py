@@ -11,8 +11,9 @@ import sacrebleu
 
 from benchmarks import quality, quality_stats as qs
 from benchmarks.quality_generate import best_lenpen, join, probe_groups
-from benchmarks.quality_runs import (Schedule, learning_curve, model_options, stopping, train_command,
-                                     training_speed, undisturbed_speed, visible_devices)
+from benchmarks.quality_runs import (BenchmarkError, Schedule, as_uninterrupted, learning_curve, model_options,
+                                     patience_stop, stopping, train_command, training_speed, undisturbed_speed,
+                                     visible_devices)
 from benchmarks.quality_store import SettingsMismatch, Store, plan
 
 REFS = ["the cat sat on the mat", "a dog barks at night", "it is raining again today",
@@ -169,6 +170,30 @@ def test_learning_curve_counts_updates_replayed_after_a_resume_once():
     budget = stopping(curve, Schedule(max_update=40, interval=10, patience=3))
     assert budget["stopped_by"] == "max_update"
     assert stopping(curve, Schedule(max_update=100, interval=10, patience=3))["stopped_by"] is None
+
+
+def _curve(losses):
+    return [{"updates": 10 * (i + 1), "loss": loss, "nll_loss": loss - 0.5, "ppl": 2 ** loss,
+             "train_seconds": 2.0 * (i + 1), "train_tokens": 100.0 * (i + 1)} for i, loss in enumerate(losses)]
+
+
+def test_the_stop_is_where_an_uninterrupted_run_stops_and_a_best_found_later_is_refused():
+    schedule = Schedule(max_update=1000, interval=10, patience=2)
+    # fairseq's rule: a loss equal to the best is not better; a lower one restarts the count
+    assert patience_stop(_curve([5.0, 4.0, 4.0, 3.9, 4.1, 3.95]), 2) == 5
+    assert patience_stop(_curve([5.0, 4.0, 3.0]), 2) is None
+    # a resume restarted fairseq's count at update 40 (3.2 taken as the best): it went on to 70
+    record = {"model": "lstm", "seed": 1, "curve": _curve([3.5, 3.0, 3.1, 3.2, 3.15, 3.3, 3.25])}
+    cut = as_uninterrupted(record, schedule)
+    assert cut["stop"]["last_updates"] == 40 and cut["stop"]["trained_past_stop"] == 30
+    assert (cut["stop"]["best_updates"], cut["stop"]["stopped_by"]) == (20, "patience")
+    assert [p["updates"] for p in cut["curve"]] == [10, 20, 30, 40]
+    assert (cut["train_seconds"], cut["train_tokens"]) == (8.0, 400.0)
+    later = {"model": "hybrid_if", "seed": 1, "curve": _curve([3.5, 3.0, 3.1, 3.2, 3.15, 2.9, 3.0])}
+    with pytest.raises(BenchmarkError, match="hybrid_if seed 1 trained past its --patience stop at update 40"):
+        as_uninterrupted(later, schedule)
+    whole = as_uninterrupted({"model": "lstm", "seed": 2, "curve": _curve([3.5, 3.0, 3.1, 3.2])}, schedule)
+    assert whole["stop"]["trained_past_stop"] == 0 and len(whole["curve"]) == 4
 
 
 def test_a_rerun_skips_finished_runs_resumes_started_ones_and_refuses_other_settings(tmp_path):
