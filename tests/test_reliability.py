@@ -191,6 +191,19 @@ def test_patience_counts_across_a_resume_and_a_rerun_after_it_stopped_trains_not
     assert validations(more.stdout) == [5]  # a larger --patience trains on, one more validation
 
 
+@pytest.mark.slow
+def test_a_rerun_after_the_time_budget_was_spent_trains_nothing(data, tmp_path):
+    save = tmp_path / "save"
+    budget = ["--stop-time-hours", "0.0002", "--max-update", "500"]  # 0.72 s: a few updates
+    first = run_tool("fairseq-train", args(data, save, *budget), cwd=data)
+    assert "Stopping training due to cumulative_training_time" in first.stdout + first.stderr
+    before = {p.name: (p.stat().st_mtime_ns, p.stat().st_ino) for p in save.iterdir()}
+    again = run_tool("fairseq-train", args(data, save, *budget), cwd=data, check=False)
+    assert again.returncode == 0 and "train_inner" not in again.stdout
+    assert "--stop-time-hours 0.0002 is already spent" in only_line(again)
+    assert {p.name: (p.stat().st_mtime_ns, p.stat().st_ino) for p in save.iterdir()} == before
+
+
 # ------------------------------------------------------------------ the last batch, errors
 @pytest.mark.parametrize("indices", [
     list(range(10)) + [0, 1, 2],  # upsampled: 0, 1, 2 twice (were lost)

@@ -22,8 +22,9 @@
   killed save left there are removed.
 - ``checked_resume``: a ``--restore-file`` that does not exist or is a directory is one
   line (fairseq trained from scratch without a word); a rerun of a training that already
-  reached ``--max-update``/``--max-epoch`` says so in one line and exits 0 before it
-  changes anything (fairseq made one more update and overwrote the checkpoints).
+  reached ``--max-update``/``--max-epoch`` or spent ``--stop-time-hours`` says so in one
+  line and exits 0 before it changes anything (fairseq made one more update and overwrote
+  the checkpoints).
 - ``patience_that_survives_a_resume``: fairseq-train keeps ``--patience``'s count (the best
   validation value and the validations since it) on its ``should_stop_early`` function
   only, so a resumed run starts counting again from its first validation, compared with
@@ -417,6 +418,11 @@ def already_done(cfg: Any, trainer: Any, epoch_itr: Any) -> Optional[str]:
     if optimization.max_epoch and epoch > optimization.max_epoch:
         return (f"{where}: --max-epoch {optimization.max_epoch} is already done; nothing to do "
                 "and no checkpoint changed (raise --max-epoch to train further)")
+    hours, spent = optimization.stop_time_hours or 0, trainer.cumulative_training_time() / 3600
+    if hours > 0 and spent > hours:
+        return (f"{where}: --stop-time-hours {hours} is already spent ({spent:.4g} hours of "
+                "training); nothing to do and no checkpoint changed (raise --stop-time-hours to "
+                "train further)")
     state = patience_state()
     patience = getattr(cfg, "patience", 0) or 0
     if patience > 0 and state is not None and state["num_runs"] >= patience:
