@@ -298,3 +298,31 @@ def test_pipeline_chunks_auto_is_a_value_of_the_configs_key():
     with pytest.raises(HybridConfigError, match="model.pipeline_chunks 'many' is not allowed: an integer >= 1"):
         with open_dict(cfg):
             normalise_pipeline_chunks(cfg)
+
+
+def test_patience_resumes_and_a_rerun_after_it_stopped_trains_nothing_through_hydra(data, tmp_path):
+    # the same rule as through fairseq-train (tests/test_reliability.py): with lr 0 no
+    # validation is better than the first, so patience 2 stops at update 3, also across a resume
+    save = tmp_path / "ckpt"
+
+    def train(updates, check=True):
+        return hydra_train("hybrid_lstm", [
+            f"task.data={data / 'bin'}", f"checkpoint.save_dir={save}", *SMALL,
+            "optimization.lr=[0]", "checkpoint.patience=2", "dataset.validate_interval_updates=1",
+            "checkpoint.save_interval_updates=1", f"optimization.max_update={updates}",
+            "dataset.max_tokens=400", "common.log_interval=1",
+        ], check=check)
+
+    def updates():
+        return torch.load(save / "checkpoint_last.pt", weights_only=False)["optimizer_history"][-1]["num_updates"]
+
+    train(2)
+    assert updates() == 2
+    resumed = train(20)
+    log = resumed.stdout + resumed.stderr
+    assert "early stop" in log
+    assert updates() == 3  # fairseq alone restarted the count at update 3: stopped at 4
+    again = train(20, check=False)
+    assert again.returncode == 0
+    assert "--patience 2 already stopped it (2 validations" in again.stderr, again.stderr[-2000:]
+    assert updates() == 3
