@@ -321,7 +321,7 @@ def test_patience_resumes_and_a_rerun_after_it_stopped_trains_nothing_through_hy
     resumed = train(20)
     log = resumed.stdout + resumed.stderr
     assert "early stop" in log
-    assert updates() == 3  # fairseq alone restarted the count at update 3: stopped at 4
+    assert updates() == 3  # fairseq alone restarted the count at update 3: stopped at 5
     again = train(20, check=False)
     assert again.returncode == 0
     assert "--patience 2 already stopped it (2 validations" in again.stderr, again.stderr[-2000:]
