@@ -382,7 +382,8 @@ def restore_patience(cfg: Any, extra_state: Optional[Dict[str, Any]]) -> None:
         if getattr(cfg, "patience", 0) > 0 and extra_state.get("val_loss") != state["best"]:
             logger.warning(
                 "fairseq_hybrid: the checkpoint does not hold --patience's count (saved without "
-                "the plugin): counting restarts at 0 validations since its best value %s",
+                "the plugin or without --patience): counting restarts at 0 validations since its "
+                "best value %s",
                 state["best"])
     if state is not None:
         counter.best, counter.num_runs = state["best"], int(state["num_runs"])
