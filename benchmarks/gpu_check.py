@@ -231,8 +231,9 @@ class CliSetup:
     model_options: List[str]
 
 
-def train_options(setup: CliSetup, save_dir: Path, precision: Optional[str], updates: int) -> List[str]:
-    devices = f"{setup.device},{setup.device}"
+def train_options(setup: CliSetup, save_dir: Path, precision: Optional[str], updates: int,
+                  devices: Optional[str] = None) -> List[str]:
+    devices = devices or f"{setup.device},{setup.device}"
     return [
         str(setup.data), "--user-dir", USER_DIR, "--arch", "hybrid_lstm",
         *setup.model_options, "--hybrid-devices", devices, "--hybrid-allow-repeated-devices",
@@ -283,6 +284,21 @@ def train_check(setup: CliSetup, precision: Optional[str], updates: int) -> Tupl
                           f"{setup.test_sentences} sentences", data)
     return (f"{updates} updates, losses finite ({losses[0]:.2f} -> {losses[-1]:.2f}); "
             f"reloaded on the CPU, {len(hypotheses)}/{setup.test_sentences} translated", data)
+
+
+def mixed_devices_check(setup: CliSetup, updates: int) -> Tuple[str, Dict[str, Any]]:
+    """fp32 training with --clip-norm on a GPU and the CPU: gradients on two devices, which
+    fairseq's own clipping cannot scale (``plugin/clipping.py``)."""
+    if not setup.device.startswith("cuda"):
+        raise Skipped("needs a GPU: gradients on two device kinds (cuda:0,cpu)")
+    save_dir = setup.work / "ckpt-mixed"
+    proc = tool("fairseq-train", train_options(setup, save_dir, None, updates, f"{setup.device},cpu"),
+                setup.work, setup.env)
+    losses = logged_losses(proc.stdout + proc.stderr)
+    if not losses or not all(math.isfinite(v) for v in losses):
+        raise CheckFailed(f"losses not all finite: {losses}", {"losses": losses})
+    return (f"{updates} updates on {setup.device},cpu with --clip-norm 1.0, losses finite "
+            f"({losses[0]:.2f} -> {losses[-1]:.2f})", {"losses": losses})
 
 
 def generate_check(setup: CliSetup) -> Tuple[str, Dict[str, Any]]:
@@ -377,6 +393,7 @@ def run(device: Optional[str], quick: bool, work: Path) -> Dict[str, Any]:
     for precision in ("fp16", "bf16", "amp", None):
         checks.append(run_check(f"train-{precision or 'fp32'}",
                                 lambda p=precision: train_check(setup, p, updates)))
+    checks.append(run_check("train-mixed-devices", lambda: mixed_devices_check(setup, updates)))
     checks.append(run_check("generate", lambda: generate_check(setup)))
     checks.append(run_check("speed", lambda: speed_check(device, work, quick)))
     checks.append(run_check("pipeline-model", lambda: pipeline_model_check(device, quick)))

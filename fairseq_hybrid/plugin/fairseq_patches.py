@@ -48,6 +48,10 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
 - ``one_line_non_finite``: a training stopped by a NaN/inf loss, and a beam search whose
   scores are all NaN/-inf, end with one line (what happened, at which update, what was
   saved) instead of fairseq's traceback.
+- ``clipping.clipping_across_devices`` (``plugin/clipping.py``): ``--clip-norm`` when a
+  model's gradients are on several devices scales each device's gradients with the
+  coefficient on that device (fairseq's one ``_foreach_mul_`` with a coefficient on one GPU
+  fails there); single-device models keep fairseq's own function.
 - ``one_line_errors``: ``HybridConfigError`` (an ordinary exception a Python caller can
   catch) reaches the command line as its one line and exit status 1.
 """
@@ -72,7 +76,7 @@ from fairseq.distributed import utils as distributed_utils
 from fairseq.tasks import FairseqTask
 from fairseq.trainer import Trainer
 
-from . import checkpoints, checks
+from . import checkpoints, checks, clipping
 from ..errors import HybridConfigError, hybrid_error_in
 
 
@@ -362,3 +366,4 @@ def apply() -> None:
     checked_generation_options()
     one_line_non_finite()
     one_line_errors()
+    clipping.clipping_across_devices()
