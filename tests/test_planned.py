@@ -11,7 +11,8 @@ from fairseq_hybrid.perfmodel.planned import (
     wavefront_with_head,
 )
 from fairseq_hybrid.perfmodel.profiles import PROFILES
-from fairseq_hybrid.perfmodel.simulate import head_slice_seconds, pipeline_makespans, predict_step, step_shapes
+from fairseq_hybrid.perfmodel.simulate import (collective_seconds, head_slice_seconds, pipeline_makespans,
+                                               predict_step, step_shapes)
 from fairseq_hybrid.perfmodel.sizes import BatchSize, Link, ModelSize, layer_map
 from fairseq_hybrid.perfmodel.traffic import today
 
@@ -85,6 +86,25 @@ def test_replicas_drop_the_parameter_copies_and_charge_an_overlapped_allreduce(s
     ring = allreduce_seconds(stage.head_param_bytes, 4, LINK)
     assert ring / 1 >= parts["head_allreduce"] >= max(0.0, ring - parts["pipeline_backward"])
     assert parts["head_transfers"] == pytest.approx(kept)
+
+
+@pytest.mark.parametrize("link", [LINK, Link(0.2e9, 10e-6)])  # hidden; longer than the pipeline
+def test_overlapped_collectives_charge_only_what_outlasts_the_pipeline(stage, link):
+    mapping = layer_map(4, MODEL.layers)
+    today_parts = predict_step(stage, 4, 2, "dataflow", link)
+    parts = predict_planned_step(stage, 4, 2, link, ["overlapped_collectives"])
+    collective = collective_seconds(stage.head_param_bytes, 4, link)
+    assert parts["head_transfers"] == pytest.approx(head_slice_seconds(stage, mapping, 4, link))
+    hidden = today_parts["embeddings_forward"] + today_parts["pipeline_forward"]
+    assert parts["head_broadcast"] == pytest.approx(max(0.0, collective - hidden))
+    assert parts["head_reduction"] == pytest.approx(max(0.0, collective - today_parts["pipeline_backward"]))
+    assert parts["rest"] == today_parts["rest"]  # no optimizer state per replica
+    saved = today_parts["total"] - parts["total"]
+    assert saved == pytest.approx(2 * collective - parts["head_broadcast"] - parts["head_reduction"])
+    if link is not LINK:
+        assert parts["head_broadcast"] > 0 and parts["head_reduction"] > 0
+    with pytest.raises(ValueError, match="one or the other"):
+        predict_planned_step(stage, 4, 2, link, ["replicas", "overlapped_collectives"])
 
 
 def test_the_optimizer_share_by_hand(stage):

@@ -14,6 +14,15 @@ Steps (each on top of today's schedule; any subset):
   (embeddings, bridges, head) is split evenly over the devices (its gradients scattered
   from device 0 and the updated values gathered back, both charged, after backward); each
   device steps its own layers too, so the busiest device's share sets the time.
+- ``overlapped_collectives`` (instead of ``replicas``): today's two collectives — the
+  replicas' parameters broadcast at the start of the step, their gradients reduced onto the
+  master head — issued on a side stream of each GPU: the broadcast runs while the
+  embeddings and the pipeline's forward do (the head's forward waits for it), the reduction
+  while the pipeline's backward does (the optimizer step waits for it); only what outlasts
+  each adds to the step. No optimizer state per replica, so every device's optimizer share
+  stays today's. (With ``head_in_wavefront`` the broadcast is charged whole: the first head
+  call comes early in the forward.) Like ``replicas``, it shares the links with the
+  pipeline's own copies without being charged for the contention.
 - ``head_in_wavefront``: the head runs per target time chunk, split by sentences over the
   devices, issued as soon as the top decoder layer has produced the chunk (forward), and
   its backward per chunk from the last one, each chunk's head backward releasing that
@@ -32,13 +41,16 @@ from typing import Dict, List, Mapping, Sequence, Tuple
 from ..parallel.pipeline import DECODER, ENCODER, Key, chunk_bounds, clock_cycles
 from ..parallel.placement import shard_bounds
 from .compare import BUCKET_BYTES, allreduce_seconds
-from .simulate import _cell_transfer, _dependencies, head_slice_seconds, predict_step
+from .simulate import _cell_transfer, _dependencies, collective_seconds, head_slice_seconds, predict_step
 from .sizes import Link, layer_map
 from .stage_times import StageTimes
 
-STEPS = ("replicas", "balanced_optimizer", "head_in_wavefront")
-# today, then the steps added one at a time in the order they are planned to be built
-PLANNED_LADDER = ((), ("replicas",), ("replicas", "balanced_optimizer"), STEPS)
+STEPS = ("replicas", "balanced_optimizer", "head_in_wavefront")  # issue 21's plan, in full
+KNOWN_STEPS = STEPS + ("overlapped_collectives",)
+ALTERNATIVE = ("overlapped_collectives",)  # instead of the plan: today's collectives on a side stream
+# today, then the steps added one at a time in the order they are planned to be built; then
+# the side-stream alternative to the replicas
+PLANNED_LADDER = ((), ("replicas",), ("replicas", "balanced_optimizer"), STEPS, ALTERNATIVE)
 Task = Tuple[str, int, float, Tuple[str, ...]]  # (name, device, seconds, names it waits for)
 
 
@@ -165,9 +177,12 @@ def predict_planned_step(stage: StageTimes, devices: int, chunks: int, link: Lin
                          steps: Sequence[str]) -> Dict[str, float]:
     """One step's predicted seconds by part with ``steps`` of the plan applied (an empty
     ``steps``: today's ``predict_step`` on GPUs, part for part)."""
-    unknown = sorted(set(steps) - set(STEPS))
+    unknown = sorted(set(steps) - set(KNOWN_STEPS))
     if unknown:
-        raise ValueError(f"steps {unknown}: each one of {STEPS}")
+        raise ValueError(f"steps {unknown}: each one of {KNOWN_STEPS}")
+    if {"replicas", "overlapped_collectives"} <= set(steps):
+        raise ValueError("steps replicas and overlapped_collectives: one or the other (replicas "
+                         "that stay have no collectives to overlap)")
     parts = dict(predict_step(stage, devices, chunks, "dataflow", link))
     parts.pop("total")
     if devices == 1:
@@ -184,6 +199,13 @@ def predict_planned_step(stage: StageTimes, devices: int, chunks: int, link: Lin
         buckets = max(1, math.ceil(stage.head_param_bytes / BUCKET_BYTES))
         parts["head_transfers"] = head_slice_seconds(stage, mapping, devices, link)
         parts["head_allreduce"] = max(ring - behind, ring / buckets)
+    if "overlapped_collectives" in steps:
+        collective = collective_seconds(stage.head_param_bytes, devices, link)
+        hidden_by = 0.0 if "head_in_wavefront" in steps else (
+            parts["embeddings_forward"] + parts["pipeline_forward"])
+        parts["head_transfers"] = head_slice_seconds(stage, mapping, devices, link)
+        parts["head_broadcast"] = max(0.0, collective - hidden_by)
+        parts["head_reduction"] = max(0.0, collective - behind)
     if "balanced_optimizer" in steps:
         spread = stage.param_bytes_master * (devices - 1) / devices
         parts["optimizer_transfers"] = 2 * link.cost(spread)
