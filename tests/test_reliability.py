@@ -12,7 +12,7 @@ import torch
 import fairseq_hybrid  # noqa: F401  (installs the patches)
 from cli import model_args, prepared_sample, run_tool, train_args
 from fairseq_hybrid.errors import HybridConfigError
-from fairseq_hybrid.plugin import checkpoints
+from fairseq_hybrid.plugin import checkpoints, patience
 
 
 def only_line(proc) -> str:
@@ -92,9 +92,9 @@ def test_a_bad_restore_file_is_one_line(tmp_path, kind):
 
 
 @pytest.mark.parametrize("extra_state, reset, expected", [
-    ({"best": 5.0, "val_loss": 5.2, checkpoints.PATIENCE_STATE: {"best": 5.0, "num_runs": 2}}, False, (5.0, 2)),
+    ({"best": 5.0, "val_loss": 5.2, patience.PATIENCE_STATE: {"best": 5.0, "num_runs": 2}}, False, (5.0, 2)),
     ({"best": 5.0, "val_loss": 5.2}, False, (5.0, 0)),  # saved without the plugin: from its best
-    ({"best": 5.0, "val_loss": 5.2, checkpoints.PATIENCE_STATE: {"best": 5.0, "num_runs": 2}}, True, None),
+    ({"best": 5.0, "val_loss": 5.2, patience.PATIENCE_STATE: {"best": 5.0, "num_runs": 2}}, True, None),
     ({"val_loss": 5.2}, False, None),  # nothing to count from
 ])
 def test_the_patience_count_is_restored_from_the_checkpoint(extra_state, reset, expected):
@@ -106,10 +106,10 @@ def test_the_patience_count_is_restored_from_the_checkpoint(extra_state, reset, 
     kept = {name: vars(counter).pop(name) for name in ("best", "num_runs") if name in vars(counter)}
     try:
         cfg = SimpleNamespace(reset_optimizer=reset, reset_meters=False, patience=3)
-        checkpoints.restore_patience(cfg, extra_state)
+        patience.restore_patience(cfg, extra_state)
         got = (counter.best, counter.num_runs) if hasattr(counter, "best") else None
         assert got == expected
-        assert checkpoints.patience_state() == (None if expected is None else
+        assert patience.patience_state() == (None if expected is None else
                                                 {"best": expected[0], "num_runs": expected[1]})
     finally:  # fairseq keeps the count on the function: leave it as it was
         for name in ("best", "num_runs"):
@@ -163,8 +163,8 @@ def validations(log: str):
 @pytest.mark.slow
 def test_patience_counts_across_a_resume_and_a_rerun_after_it_stopped_trains_nothing(data, tmp_path):
     # with --lr 0 no validation is better than the first: --patience 3 stops at update 4
-    def patience_args(save, updates, patience=3):
-        return args(data, save, "--lr", "0", "--patience", str(patience), "--validate-interval-updates", "1",
+    def patience_args(save, updates, validations=3):
+        return args(data, save, "--lr", "0", "--patience", str(validations), "--validate-interval-updates", "1",
                     "--save-interval-updates", "1", "--max-update", str(updates),
                     "--log-format", "json", "--log-interval", "1")
 
@@ -178,8 +178,8 @@ def test_patience_counts_across_a_resume_and_a_rerun_after_it_stopped_trains_not
     assert validations(resumed.stdout) == [3, 4]  # fairseq alone restarted the count: 3..6
     assert "early stop" in resumed.stdout
     state = torch.load(save / "checkpoint_last.pt", weights_only=False)["extra_state"]
-    assert state[checkpoints.PATIENCE_STATE]["num_runs"] == 3
-    assert state[checkpoints.PATIENCE_STATE]["best"] == state["best"]
+    assert state[patience.PATIENCE_STATE]["num_runs"] == 3
+    assert state[patience.PATIENCE_STATE]["best"] == state["best"]
 
     before = {p.name: (p.stat().st_mtime_ns, p.stat().st_ino) for p in save.iterdir()}
     again = run_tool("fairseq-train", patience_args(save, 20), cwd=data, check=False)
@@ -187,7 +187,7 @@ def test_patience_counts_across_a_resume_and_a_rerun_after_it_stopped_trains_not
     assert only_line(again).startswith(f"fairseq_hybrid: training in {save} is in epoch 1, 4 updates: "
                                        "--patience 3 already stopped it (3 validations without a better loss")
     assert {p.name: (p.stat().st_mtime_ns, p.stat().st_ino) for p in save.iterdir()} == before
-    more = run_tool("fairseq-train", patience_args(save, 20, patience=4), cwd=data)
+    more = run_tool("fairseq-train", patience_args(save, 20, validations=4), cwd=data)
     assert validations(more.stdout) == [5]  # a larger --patience trains on, one more validation
 
 

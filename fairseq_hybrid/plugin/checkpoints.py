@@ -25,16 +25,9 @@
   reached ``--max-update``/``--max-epoch`` or spent ``--stop-time-hours`` says so in one
   line and exits 0 before it changes anything (fairseq made one more update and overwrote
   the checkpoints).
-- ``patience_that_survives_a_resume``: fairseq-train keeps ``--patience``'s count (the best
-  validation value and the validations since it) on its ``should_stop_early`` function
-  only, so a resumed run starts counting again from its first validation, compared with
-  that validation's value instead of the best one: it trains past the point where the
-  uninterrupted run stops, and may save a ``checkpoint_best.pt`` that run never reaches; a
-  rerun of a run that patience stopped trains on. Here the count is saved in every
-  checkpoint's ``extra_state`` and restored with it (as fairseq restores the best value
-  ``checkpoint_best.pt`` is judged by), and a rerun of a run that patience stopped says so
-  and exits like one that reached ``--max-update``. A checkpoint saved without the count
-  restarts it at 0 from the checkpoint's best value, and says so.
+- ``patience.saving_patience`` (``plugin/patience.py``): ``--patience``'s count is kept in
+  every checkpoint, so a resumed run stops where the uninterrupted one does; a rerun of a
+  run that patience stopped says so here and exits like one that reached ``--max-update``.
 """
 from __future__ import annotations
 
@@ -50,9 +43,9 @@ from typing import Any, Dict, Optional
 
 import torch
 from fairseq import checkpoint_utils, file_io
-from fairseq.trainer import Trainer
 
 from ..errors import HybridConfigError
+from .patience import patience_state, restore_patience, saving_patience
 
 logger = logging.getLogger(__name__)
 TEMPORARY = ("checkpoint*.pt.tmp", "checkpoint*.pt.*.tmp")
@@ -351,59 +344,6 @@ def check_restore_file(cfg: Any, suffix: str = "") -> None:
             "directory, not --save-dir); leave it out to resume from --save-dir's "
             "checkpoint_last.pt"
         )
-
-
-PATIENCE_STATE = "should_stop_early"  # extra_state key: {"best": value, "num_runs": count}
-
-
-def early_stopping() -> Optional[Any]:
-    """fairseq-train's ``should_stop_early`` (which keeps ``--patience``'s count as its own
-    attributes), when fairseq-train (or fairseq-hydra-train, which runs it) is running."""
-    return getattr(sys.modules.get("fairseq_cli.train"), "should_stop_early", None)
-
-
-def patience_state() -> Optional[Dict[str, Any]]:
-    """``--patience``'s count now: the best validation value and the validations since."""
-    counter = early_stopping()
-    if counter is None or getattr(counter, "best", None) is None:
-        return None
-    return {"best": counter.best, "num_runs": int(getattr(counter, "num_runs", 0))}
-
-
-def restore_patience(cfg: Any, extra_state: Optional[Dict[str, Any]]) -> None:
-    """Set ``should_stop_early``'s count from a loaded checkpoint, under the condition
-    fairseq restores the best value with (neither optimizer nor meters reset)."""
-    counter = early_stopping()
-    if counter is None or not extra_state or cfg.reset_optimizer or cfg.reset_meters:
-        return
-    state = extra_state.get(PATIENCE_STATE)
-    if state is None and extra_state.get("best") is not None:
-        state = {"best": extra_state["best"], "num_runs": 0}
-        if getattr(cfg, "patience", 0) > 0 and extra_state.get("val_loss") != state["best"]:
-            logger.warning(
-                "fairseq_hybrid: the checkpoint does not hold --patience's count (saved without "
-                "the plugin or without --patience): counting restarts at 0 validations since its "
-                "best value %s",
-                state["best"])
-    if state is not None:
-        counter.best, counter.num_runs = state["best"], int(state["num_runs"])
-
-
-def saving_patience() -> None:
-    """Every checkpoint fairseq's trainer saves carries ``--patience``'s count."""
-    original = Trainer.save_checkpoint
-    if getattr(original, "_hybrid_patience", False):
-        return
-
-    @functools.wraps(original)
-    def save_checkpoint(self: Any, filename: str, extra_state: Any) -> Any:
-        state = patience_state()
-        if state is not None and isinstance(extra_state, dict):
-            extra_state = {**extra_state, PATIENCE_STATE: state}
-        return original(self, filename, extra_state)
-
-    save_checkpoint._hybrid_patience = True
-    Trainer.save_checkpoint = save_checkpoint
 
 
 def already_done(cfg: Any, trainer: Any, epoch_itr: Any) -> Optional[str]:
