@@ -96,6 +96,7 @@ def test_a_bad_restore_file_is_one_line(tmp_path, kind):
     ({"best": 5.0, "val_loss": 5.2}, False, (5.0, 0)),  # saved without the plugin: from its best
     ({"best": 5.0, "val_loss": 5.2, patience.PATIENCE_STATE: {"best": 5.0, "num_runs": 2}}, True, None),
     ({"val_loss": 5.2}, False, None),  # nothing to count from
+    ({"best": 5.0, "val_loss": 5.2}, "no patience", None),  # this run does not count
 ])
 def test_the_patience_count_is_restored_from_the_checkpoint(extra_state, reset, expected):
     from types import SimpleNamespace
@@ -105,7 +106,8 @@ def test_the_patience_count_is_restored_from_the_checkpoint(extra_state, reset, 
     counter = fairseq_cli.train.should_stop_early
     kept = {name: vars(counter).pop(name) for name in ("best", "num_runs") if name in vars(counter)}
     try:
-        cfg = SimpleNamespace(reset_optimizer=reset, reset_meters=False, patience=3)
+        cfg = SimpleNamespace(reset_optimizer=reset is True, reset_meters=False,
+                              patience=-1 if reset == "no patience" else 3)
         patience.restore_patience(cfg, extra_state)
         got = (counter.best, counter.num_runs) if hasattr(counter, "best") else None
         assert got == expected

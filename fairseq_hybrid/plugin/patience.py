@@ -41,14 +41,16 @@ def patience_state() -> Optional[Dict[str, Any]]:
 
 def restore_patience(cfg: Any, extra_state: Optional[Dict[str, Any]]) -> None:
     """Set ``should_stop_early``'s count from a loaded checkpoint, under the condition
-    fairseq restores the best value with (neither optimizer nor meters reset)."""
+    fairseq restores the best value with (neither optimizer nor meters reset), when this run
+    counts (``--patience`` > 0: without it fairseq keeps no count, and none is saved)."""
     counter = early_stopping()
-    if counter is None or not extra_state or cfg.reset_optimizer or cfg.reset_meters:
+    if (counter is None or not extra_state or (getattr(cfg, "patience", 0) or 0) <= 0
+            or cfg.reset_optimizer or cfg.reset_meters):
         return
     state = extra_state.get(PATIENCE_STATE)
     if state is None and extra_state.get("best") is not None:
         state = {"best": extra_state["best"], "num_runs": 0}
-        if getattr(cfg, "patience", 0) > 0 and extra_state.get("val_loss") != state["best"]:
+        if extra_state.get("val_loss") != state["best"]:
             logger.warning(
                 "fairseq_hybrid: the checkpoint does not hold --patience's count (saved without "
                 "the plugin or without --patience): counting restarts at 0 validations since its "
