@@ -308,7 +308,8 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
         probe = write_probe(data, test["probe_groups"], Path(args.work) / args.name / "probe-bin")
         run_all(args, store, data, probe, schedule, runs, test, todo)
     loaded = {(k, s): store.load(k, s) for k, s in runs}
-    done = [(as_uninterrupted(v[0], schedule), v[1]) for v in loaded.values() if v]
+    done = [(as_uninterrupted(v[0], schedule, (store.record_path(*run), store.hyps_path(*run))), v[1])
+            for run, v in loaded.items() if v]
     if not done:
         raise BenchmarkError(f"no finished runs under {store.records} to report on")
     report: Dict[str, object] = {

@@ -18,7 +18,7 @@ import subprocess
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Optional, Sequence, Set
 
 import numpy as np
 
@@ -223,19 +223,20 @@ def stopping(curve: List[Dict[str, float]], schedule: Schedule) -> Dict[str, obj
             "best_after_stop": min(p["loss"] for p in curve) < best["loss"]}
 
 
-def as_uninterrupted(record: Dict[str, object], schedule: Schedule) -> Dict[str, object]:
+def as_uninterrupted(record: Dict[str, object], schedule: Schedule, files: Sequence[Path] = ()) -> Dict[str, object]:
     """A stored run as the uninterrupted run would have ended: its stop recomputed from the
     curve (records stored before ``stopping`` knew ``patience_stop`` get it too), the curve,
     training time and tokens cut at that stop. A run whose best checkpoint came after it
-    cannot be cut: an error names the files to delete so that a rerun trains it again."""
+    cannot be cut: an error names the files to delete (``files``: its record and hypotheses)
+    so that a rerun trains it again."""
     curve = record["curve"]
     stop = stopping(curve, schedule)
     if stop["best_after_stop"]:
         raise BenchmarkError(
             f"{record['model']} seed {record['seed']} trained past its --patience stop at update "
             f"{stop['last_updates']} (resumed before the plugin kept the count) and its best checkpoint "
-            "comes from later, where an uninterrupted run never gets: delete its record and hypotheses "
-            "to train it again")
+            "comes from later, where an uninterrupted run never gets: delete "
+            f"{' and '.join(map(str, files)) or 'its record and hypotheses'} to train it again")
     counted = [p for p in curve if p["updates"] <= stop["last_updates"]]
     return {**record, "stop": stop, "curve": counted, "train_seconds": counted[-1]["train_seconds"],
             "train_tokens": counted[-1]["train_tokens"]}

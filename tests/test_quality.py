@@ -4,6 +4,7 @@ probe, fairseq log parsing across a resume, which runs a rerun skips or resumes 
 records, no training), one-line errors, and ``--quick`` end to end on a tiny corpus."""
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -190,8 +191,9 @@ def test_the_stop_is_where_an_uninterrupted_run_stops_and_a_best_found_later_is_
     assert [p["updates"] for p in cut["curve"]] == [10, 20, 30, 40]
     assert (cut["train_seconds"], cut["train_tokens"]) == (8.0, 400.0)
     later = {"model": "hybrid_if", "seed": 1, "curve": _curve([3.5, 3.0, 3.1, 3.2, 3.15, 2.9, 3.0])}
-    with pytest.raises(BenchmarkError, match="hybrid_if seed 1 trained past its --patience stop at update 40"):
-        as_uninterrupted(later, schedule)
+    with pytest.raises(BenchmarkError, match="hybrid_if seed 1 trained past its --patience stop at update 40.*"
+                                             "delete r.json and r.hyps.json.gz to train it again"):
+        as_uninterrupted(later, schedule, (Path("r.json"), Path("r.hyps.json.gz")))
     whole = as_uninterrupted({"model": "lstm", "seed": 2, "curve": _curve([3.5, 3.0, 3.1, 3.2])}, schedule)
     assert whole["stop"]["trained_past_stop"] == 0 and len(whole["curve"]) == 4
 
