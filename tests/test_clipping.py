@@ -31,20 +31,23 @@ def test_across_devices_gives_fairseqs_numbers_bit_for_bit():
         ours, theirs = parameters(0, scale), parameters(0, scale)
         theirs[1].expert = True  # scaled with the others, not counted in the norm
         ours[1].expert = True
-        grads = [p.grad for p in ours if not hasattr(p, "expert")]
-        norm = clipping.clip_across_devices(grads, [ours[1].grad], max_norm)
+        norm = clipping.clip_across_devices(original, ours, [p.grad for p in ours], max_norm)
         expected = original(theirs, max_norm)
         assert torch.equal(norm, expected)
         for a, b in zip(ours, theirs):
             assert torch.equal(a.grad, b.grad)
-    doubled = clipping.clip_across_devices([p.grad for p in parameters(1)], [], 1.0, lambda n: 2 * n)
+    params = parameters(1)
+    doubled = clipping.clip_across_devices(original, params, [p.grad for p in params], 1.0, lambda n: 2 * n)
     assert torch.equal(doubled, 2 * original(parameters(1), 0.0))
 
 
 def test_gradients_on_two_devices_take_the_multi_device_path(monkeypatch):
     calls = []
-    monkeypatch.setattr(clipping, "clip_across_devices",
-                        lambda grads, experts, max_norm, fn=None: calls.append(len(grads)) or torch.tensor(1.0))
+    def spy(original, params, grads, max_norm, fn=None):
+        calls.append(len(grads))
+        return torch.tensor(1.0)
+
+    monkeypatch.setattr(clipping, "clip_across_devices", spy)
     utils.clip_grad_norm_(parameters(2), 1.0)
     assert calls == []  # one device: fairseq's own function
     monkeypatch.setattr(clipping, "by_device", lambda tensors: {"a": [], "b": []})  # as two GPUs report

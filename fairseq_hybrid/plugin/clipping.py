@@ -12,9 +12,10 @@ each device for this reason, pytorch/pytorch#38605; not yet seen on a GPU here, 
 several devices.
 
 ``clip_grad_norm_`` here leaves every single-device model to fairseq's own function (the
-same numbers, apex's fused norm included) and, when the gradients span devices, computes
-fairseq's norm the same way (each tensor's float32 norm, gathered on the first gradient's
-device) and scales each device's gradients with the coefficient on that device.
+same numbers, apex's fused norm included) and, when the gradients span devices, still lets
+fairseq's function compute the norm (with ``max_norm`` 0 it only measures, gathering each
+tensor's norm on one device) and scales each device's gradients with the coefficient sent
+to that device.
 """
 from __future__ import annotations
 
@@ -36,18 +37,15 @@ def by_device(tensors: Iterable[Tensor]) -> Dict[torch.device, List[Tensor]]:
     return groups
 
 
-def clip_across_devices(grads: List[Tensor], expert_grads: List[Tensor], max_norm: float,
-                        aggregate_norm_fn: NormFn = None) -> Tensor:
-    """fairseq's clipping of ``grads`` (and, scaled but not counted, ``expert_grads``) with
-    the total norm on the first gradient's device and the coefficient sent to each device."""
-    home = grads[0].device
-    total_norm = torch.norm(torch.stack(
-        [torch.norm(g, p=2, dtype=torch.float32).to(home) for g in grads]))
-    if aggregate_norm_fn is not None:
-        total_norm = aggregate_norm_fn(total_norm)
+def clip_across_devices(original: Callable[..., Tensor], params: List[Tensor], grads: List[Tensor],
+                        max_norm: float, aggregate_norm_fn: NormFn = None) -> Tensor:
+    """fairseq's clipping (``original``) of ``params``, whose ``grads`` are on several
+    devices: fairseq's norm, then each device's gradients (experts' too, as fairseq scales
+    them) times the coefficient on that device."""
+    total_norm = original(params, 0.0, aggregate_norm_fn)
     if max_norm > 0:
         clip_coef = (float(max_norm) / (total_norm + 1e-6)).clamp_(max=1)
-        for device, group in by_device(grads + expert_grads).items():
+        for device, group in by_device(grads).items():
             torch._foreach_mul_(group, clip_coef.to(device))
     return total_norm
 
@@ -62,12 +60,10 @@ def clipping_across_devices() -> None:
     @functools.wraps(original)
     def clip_grad_norm_(params: Any, max_norm: float, aggregate_norm_fn: NormFn = None) -> Tensor:
         params = [params] if isinstance(params, Tensor) else list(params)
-        with_grad = [p for p in params if p is not None and getattr(p, "grad", None) is not None]
-        grads = [p.grad.detach() for p in with_grad if not hasattr(p, "expert")]
-        if not grads or len(by_device(p.grad for p in with_grad)) == 1:
+        grads = [p.grad.detach() for p in params if p is not None and getattr(p, "grad", None) is not None]
+        if len(by_device(grads)) <= 1:
             return original(params, max_norm, aggregate_norm_fn)
-        expert_grads = [p.grad.detach() for p in with_grad if hasattr(p, "expert")]
-        return clip_across_devices(grads, expert_grads, max_norm, aggregate_norm_fn)
+        return clip_across_devices(original, params, grads, max_norm, aggregate_norm_fn)
 
     clip_grad_norm_._hybrid_devices = True
     utils.clip_grad_norm_ = clip_grad_norm_
