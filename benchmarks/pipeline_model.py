@@ -272,8 +272,6 @@ def pipeline_model_check(device: str, quick: bool) -> Tuple[str, Dict[str, Any]]
     return detail, data
 
 
-
-
 def unused_options(args: argparse.Namespace) -> Optional[str]:
     """The options the chosen mode would ignore, as a one-line error (None if none): a
     ``--profile`` takes its link from ``--link`` and measures nothing; the measured model

@@ -46,8 +46,8 @@ from .sizes import Link, layer_map
 from .stage_times import StageTimes
 
 STEPS = ("replicas", "balanced_optimizer", "head_in_wavefront")  # issue 21's plan, in full
-KNOWN_STEPS = STEPS + ("overlapped_collectives",)
 ALTERNATIVE = ("overlapped_collectives",)  # instead of the plan: today's collectives on a side stream
+KNOWN_STEPS = STEPS + ALTERNATIVE
 # today, then the steps added one at a time in the order they are planned to be built; then
 # the side-stream alternative to the replicas
 PLANNED_LADDER = ((), ("replicas",), ("replicas", "balanced_optimizer"), STEPS, ALTERNATIVE)
@@ -194,16 +194,16 @@ def predict_planned_step(stage: StageTimes, devices: int, chunks: int, link: Lin
         parts.update(pipeline_forward=forward, pipeline_backward=backward,
                      head_forward=0.0, head_backward=0.0)
         behind = backward - heads_done
+    if {"replicas", "overlapped_collectives"} & set(steps):  # the collectives leave the slices
+        parts["head_transfers"] = head_slice_seconds(stage, mapping, devices, link)
     if "replicas" in steps:
         ring = allreduce_seconds(stage.head_param_bytes, devices, link)
         buckets = max(1, math.ceil(stage.head_param_bytes / BUCKET_BYTES))
-        parts["head_transfers"] = head_slice_seconds(stage, mapping, devices, link)
         parts["head_allreduce"] = max(ring - behind, ring / buckets)
     if "overlapped_collectives" in steps:
         collective = collective_seconds(stage.head_param_bytes, devices, link)
         hidden_by = 0.0 if "head_in_wavefront" in steps else (
             parts["embeddings_forward"] + parts["pipeline_forward"])
-        parts["head_transfers"] = head_slice_seconds(stage, mapping, devices, link)
         parts["head_broadcast"] = max(0.0, collective - hidden_by)
         parts["head_reduction"] = max(0.0, collective - behind)
     if "balanced_optimizer" in steps:
