@@ -45,7 +45,7 @@ import torch
 from fairseq import checkpoint_utils, file_io
 
 from ..errors import HybridConfigError
-from .patience import patience_state, restore_patience, saving_patience
+from .patience import patience_of, patience_state, restore_patience, saving_patience
 
 logger = logging.getLogger(__name__)
 TEMPORARY = ("checkpoint*.pt.tmp", "checkpoint*.pt.*.tmp")
@@ -364,9 +364,8 @@ def already_done(cfg: Any, trainer: Any, epoch_itr: Any) -> Optional[str]:
         return (f"{where}: --stop-time-hours {hours} is already spent ({spent:.4g} hours of "
                 "training); nothing to do and no checkpoint changed (raise --stop-time-hours to "
                 "train further)")
-    state = patience_state()
-    patience = getattr(cfg, "patience", 0) or 0
-    if patience > 0 and state is not None and state["num_runs"] >= patience:
+    state, patience = patience_state(), patience_of(cfg)
+    if patience and state is not None and state["num_runs"] >= patience:
         return (f"{where}: --patience {patience} already stopped it ({state['num_runs']} "
                 f"validations without a better {cfg.best_checkpoint_metric} than {state['best']}); "
                 "nothing to do and no checkpoint changed (raise --patience to train further)")

@@ -31,6 +31,11 @@ def early_stopping() -> Optional[Any]:
     return getattr(sys.modules.get("fairseq_cli.train"), "should_stop_early", None)
 
 
+def patience_of(cfg: Any) -> int:
+    """The run's ``--patience`` (0 when it has none: fairseq's default is -1, off)."""
+    return max(0, getattr(cfg, "patience", 0) or 0)
+
+
 def patience_state() -> Optional[Dict[str, Any]]:
     """``--patience``'s count now: the best validation value and the validations since."""
     counter = early_stopping()
@@ -44,8 +49,7 @@ def restore_patience(cfg: Any, extra_state: Optional[Dict[str, Any]]) -> None:
     fairseq restores the best value with (neither optimizer nor meters reset), when this run
     counts (``--patience`` > 0: without it fairseq keeps no count, and none is saved)."""
     counter = early_stopping()
-    if (counter is None or not extra_state or (getattr(cfg, "patience", 0) or 0) <= 0
-            or cfg.reset_optimizer or cfg.reset_meters):
+    if counter is None or not extra_state or not patience_of(cfg) or cfg.reset_optimizer or cfg.reset_meters:
         return
     state = extra_state.get(PATIENCE_STATE)
     if state is None and extra_state.get("best") is not None:
