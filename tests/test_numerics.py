@@ -31,17 +31,18 @@ def train_in_process(monkeypatch, data, save_dir, *extra):
 
 
 def test_nan_in_the_head_stops_training_before_any_update(monkeypatch, data, tmp_path):
-    real_project = AttentionHead.project
+    from fairseq_hybrid.model import loss as head_loss
+
+    real_loss = head_loss.projected_token_loss
     calls = {"n": 0}
 
-    def project_with_nan(self, combined):
+    def loss_with_nan(output_proj, features, *args):
         calls["n"] += 1
-        logits = real_project(self, combined)
         if calls["n"] >= 3:  # from the second update on (one call per shard)
-            logits = logits + float("nan")
-        return logits
+            features = features + float("nan")
+        return real_loss(output_proj, features, *args)
 
-    monkeypatch.setattr(AttentionHead, "project", project_with_nan)
+    monkeypatch.setattr(head_loss, "projected_token_loss", loss_with_nan)
     # fairseq's FloatingPointError, as the command line's one line (issue 23)
     with pytest.raises(SystemExit, match=r"training stopped at update 2: .*Nan/Inf.*no "
                                          r"checkpoint_last.pt had been written yet"):

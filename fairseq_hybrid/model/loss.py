@@ -9,9 +9,11 @@ This function is what one data-parallel shard of the head runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, NamedTuple, Optional, Sequence
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
@@ -39,63 +41,76 @@ def sum_head_losses(parts: Sequence[HeadLoss], device: Optional[torch.device] = 
     )
 
 
-class SmoothedCrossEntropy(torch.autograd.Function):
-    """Summed label-smoothed cross entropy of logits (N x V) with a fused backward.
+def smoothing_coefficients(epsilon: float, vocab: int) -> Tuple[float, float]:
+    """(a, b) of fairseq's label_smoothed_nll_loss as ``a * nll + b * smooth``:
+    a = 1 - eps - eps_i, b = eps_i = eps / (V - 1)."""
+    if epsilon <= 0:
+        return 1.0, 0.0
+    eps_i = epsilon / (vocab - 1)
+    return 1.0 - epsilon - eps_i, eps_i
 
-    loss = a * nll + b * smooth with nll = lse - z[target], smooth = V * lse - sum(z),
-    a = 1 - eps - eps_i, b = eps_i = eps / (V - 1) (fairseq's label_smoothed_nll_loss).
-    Its gradient is (a + b V) softmax(z) - b - a onehot(target): one exp pass over the
-    logits in backward instead of autograd's logsumexp/sum/gather backward chain (each a
-    full N x V tensor), which took a quarter of a CPU training step. When the logits are
-    an intermediate result (not a leaf), backward turns their buffer into the gradient
-    in place: the head's peak memory is then one N x V tensor, not two. Callers must not
-    read the logits after backward (the head does not: the output layer's backward needs
-    its input and weight only).
+
+class ProjectedSmoothedCrossEntropy(torch.autograd.Function):
+    """The output layer and the summed label-smoothed cross entropy of its logits, fused.
+
+    loss = a * nll + b * smooth with nll = -log p[target], smooth = -sum_v log p[v]
+    (``smoothing_coefficients``). The logits (N x V) are the only N x V tensor: the
+    output layer writes them, ``log_softmax`` turns them into log-probabilities in place
+    (one fused pass per row), and backward turns those into the logits' gradient in place,
+    (a + b V) p - b - a onehot(target), before the two matrix products of the output
+    layer's backward. Autograd's chain (logsumexp, its temporaries, gather, sum, and the
+    linear layer's backward on a fresh gradient tensor) allocated and page-faulted three
+    more N x V float32 tensors per step and passed over them about ten times: a tenth of
+    a CPU training step at a vocabulary of 8K. 16-bit logits get a float32 copy for the
+    loss (the gradient is cast back for the products), as fairseq's criterion does.
     """
 
     @staticmethod
-    def forward(ctx, logits: Tensor, target: Tensor, epsilon: float):
-        log_normaliser = torch.logsumexp(logits, dim=-1)
-        nll_sum = (log_normaliser - logits.gather(1, target.unsqueeze(1)).squeeze(1)).sum()
-        vocab = logits.size(-1)
-        if epsilon > 0:
-            eps_i = epsilon / (vocab - 1)
-            a, b = 1.0 - epsilon - eps_i, eps_i
-            smooth_sum = (vocab * log_normaliser - logits.sum(dim=-1)).sum()
-            loss = a * nll_sum + b * smooth_sum
+    def forward(ctx, features: Tensor, weight: Tensor, bias: Optional[Tensor], target: Tensor,
+                epsilon: float, count_correct: bool):
+        logits = F.linear(features, weight, bias)
+        if logits.dtype in (torch.float32, torch.float64):
+            log_probs = torch._log_softmax(logits, -1, False, out=logits)
         else:
-            a, b = 1.0, 0.0
-            loss = nll_sum.clone()
-        ctx.save_for_backward(logits, target, log_normaliser)
+            log_probs = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
+        a, b = smoothing_coefficients(epsilon, log_probs.size(-1))
+        nll_sum = -log_probs.gather(1, target.unsqueeze(1)).sum()
+        loss = a * nll_sum - b * log_probs.sum() if b != 0.0 else nll_sum.clone()
+        correct = log_probs.argmax(dim=-1).eq(target).sum() if count_correct else None
+        ctx.save_for_backward(features, weight, log_probs, target)
         ctx.coefficients = (a, b)
-        ctx.reuse_logits = logits.grad_fn is not None
-        ctx.mark_non_differentiable(nll_sum)
-        return loss, nll_sum
+        ctx.logits_dtype = logits.dtype
+        ctx.has_bias = bias is not None
+        ctx.mark_non_differentiable(*(t for t in (nll_sum, correct) if t is not None))
+        return loss, nll_sum, correct
 
     @staticmethod
-    def backward(ctx, grad_loss: Tensor, _grad_nll: Optional[Tensor]):
-        logits, target, log_normaliser = ctx.saved_tensors
+    def backward(ctx, grad_loss: Tensor, _grad_nll: Optional[Tensor], _grad_correct: Optional[Tensor]):
+        features, weight, log_probs, target = ctx.saved_tensors
         a, b = ctx.coefficients
-        vocab = logits.size(-1)
-        shift = log_normaliser.unsqueeze(1)
-        grad = logits.sub_(shift) if ctx.reuse_logits else torch.sub(logits, shift)
-        grad.exp_()
-        grad.mul_(grad_loss * (a + b * vocab))
+        grad = log_probs.exp_()  # the buffer is this node's own: nothing else reads it
+        grad.mul_(grad_loss * (a + b * grad.size(-1)))
         if b != 0.0:
             grad.sub_(grad_loss * b)
         grad.scatter_add_(1, target.unsqueeze(1), (-a * grad_loss).expand(target.size(0), 1).to(grad.dtype))
-        return grad, None, None
+        grad = grad.to(ctx.logits_dtype)
+        grad_features = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_features = grad.mm(weight.to(grad.dtype)).to(features.dtype)
+        if ctx.needs_input_grad[1]:
+            grad_weight = grad.t().mm(features.to(grad.dtype)).to(weight.dtype)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_bias = grad.sum(0).to(weight.dtype)
+        return grad_features, grad_weight, grad_bias, None, None, None
 
 
-def smoothed_token_loss(
-    logits: Tensor, target: Tensor, epsilon: float, count_correct: bool
-) -> tuple:
-    """Sums over tokens of fairseq's smoothed loss, nll and (optionally) correct argmaxes."""
-    if logits.dtype in (torch.float16, torch.bfloat16):
-        logits = logits.float()
-    loss, nll_sum = SmoothedCrossEntropy.apply(logits, target, epsilon)
-    correct = logits.argmax(dim=-1).eq(target).sum() if count_correct else None
-    return loss, nll_sum, correct
+def projected_token_loss(
+    output_proj: nn.Linear, features: Tensor, target: Tensor, epsilon: float, count_correct: bool
+) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+    """Sums over tokens (rows of ``features``, N x D) of fairseq's smoothed loss, nll and
+    (optionally) correct argmaxes of ``output_proj``'s logits."""
+    return ProjectedSmoothedCrossEntropy.apply(
+        features, output_proj.weight, output_proj.bias, target, epsilon, count_correct)
 
 
 def selected_tokens(target: Tensor, padding_idx: int, ignore_prefix_size: int = 0) -> Tensor:
@@ -136,9 +151,7 @@ def chunked_head_loss(
     tokens = target[selected]
 
     def chunk_loss(combined_chunk: Tensor, target_chunk: Tensor) -> tuple:
-        return smoothed_token_loss(
-            head.project(combined_chunk), target_chunk, epsilon, count_correct
-        )
+        return projected_token_loss(head.output_proj, combined_chunk, target_chunk, epsilon, count_correct)
 
     total = tokens.numel()
     if chunk_tokens <= 0 or total <= chunk_tokens:

@@ -4,12 +4,12 @@ can be predicted without one. Every term is a count of this code's work (FLOPs o
 matrix products at the profile's rates, bytes of its elementwise passes at the profile's
 memory bandwidth, launches at its overheads); the counts are in the functions below.
 
-The loss's passes over the logits (``model/loss.py``, 16-bit training): the projection
-writes them (2 bytes), ``smoothed_token_loss`` casts them to float32 (read 2, write 4),
-``logsumexp`` reads them twice and writes and reads two float32 temporaries (24), the
-smoothing sum reads them (4); backward turns them into the gradient in place with four
-float32 passes (sub, exp, mul, sub: 32) and the cast's backward writes the 16-bit
-gradient (read 4, write 2): 72 bytes per logit (float32 training: 60, no casts).
+The loss's passes over the logits (``model/loss.py: ProjectedSmoothedCrossEntropy``,
+16-bit training): the projection writes them (2 bytes), ``log_softmax`` reads them and
+writes float32 log-probabilities (6), the smoothing sum and the target gather read those
+(4); backward turns them into the gradient in place (exp, mul, sub: 24), casts it to
+16 bits (read 4, write 2) for the output layer's two products: 12 + 30 = 42 bytes per
+logit. float32 training: log_softmax in place (read 4, write 4), no casts: 16 + 24 = 40.
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from .sizes import BatchSize, ModelSize
 from .stage_times import CellTimes, StageTimes
 
 GATE_ELEMENTS_FORWARD = 12  # per hidden unit per step: 4 gates in, 4 out, c, tanh c, h (r/w)
-LOGIT_BYTES_16BIT = (34, 38)  # forward, backward bytes per logit (see the module docstring)
-LOGIT_BYTES_32BIT = (28, 32)
+LOGIT_BYTES_16BIT = (12, 30)  # forward, backward bytes per logit (see the module docstring)
+LOGIT_BYTES_32BIT = (16, 24)
 HEAD_KERNELS = (30, 60)  # forward, backward launches of one head shard
 
 
