@@ -119,13 +119,17 @@ def test_zero_chunks_is_rejected(data, tmp_path, monkeypatch):
     assert "--pipeline-chunks 0 is not allowed: an integer >= 1" in str(error)
 
 
-def test_two_processes_make_the_update_of_one_process_on_both_batches(data, tmp_path):
-    """fairseq's own data parallelism (gloo) around the hybrid model: 2 processes x 2 CPU
-    devices make the same updates as 1 process that sees both processes' batches
+@pytest.mark.parametrize("devices, backend", [("cpu", "pytorch_ddp"), ("cpu,cpu", "legacy_ddp")])
+def test_two_processes_make_the_update_of_one_process_on_both_batches(data, tmp_path, devices, backend):
+    """fairseq's own data parallelism (gloo) around the hybrid model, with the backend it
+    gets by default: torch DDP for one device per process, legacy_ddp for several. 2
+    processes make the same updates as 1 process that sees both processes' batches
     (--update-freq 2 groups the same two batches that 2 ranks take)."""
-    one = train(data, tmp_path / "dp-one", "cpu,cpu", 6, chunks=2, extra=["--update-freq", "2"])
-    ranks = run_ranks("fairseq-train", train_args(data, tmp_path / "dp-two", "cpu,cpu", 6, chunks=2),
+    chunks = 2 if "," in devices else None
+    one = train(data, tmp_path / "dp-one", devices, 6, chunks=chunks, extra=["--update-freq", "2"])
+    ranks = run_ranks("fairseq-train", train_args(data, tmp_path / "dp-two", devices, 6, chunks=chunks),
                       world_size=2, cwd=data)
+    assert f"'ddp_backend': '{backend}'" in ranks[0].stdout + ranks[0].stderr
     losses_two = per_update_losses(ranks[0])
     assert sorted(losses_two) == list(range(1, 7))
     assert losses_two == per_update_losses(one)
@@ -133,6 +137,25 @@ def test_two_processes_make_the_update_of_one_process_on_both_batches(data, tmp_
     two = weights(tmp_path / "dp-two" / "checkpoint_last.pt")
     for name in reference:
         torch.testing.assert_close(two[name], reference[name], rtol=1e-4, atol=1e-5)
+
+
+def test_fairseqs_own_lstm_trains_on_cpus_with_torch_ddp(data, tmp_path):
+    """fairseq's default --ddp-backend (torch DDP) hands device_ids to a CPU module, which
+    torch refuses; with the plugin loaded fairseq's own --arch lstm trains with it on 2
+    CPU processes, making the updates of one process on both batches."""
+    lstm = ["--arch", "lstm", "--encoder-embed-dim", "16", "--encoder-hidden-size", "16",
+            "--decoder-embed-dim", "16", "--decoder-hidden-size", "16", "--decoder-out-embed-dim", "16",
+            "--cpu", "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+            "--optimizer", "adam", "--lr", "0.003", "--max-tokens", "300", "--max-update", "4",
+            "--num-workers", "0", "--disable-validation", "--no-epoch-checkpoints", "--seed", "3",
+            "--log-format", "json", "--log-interval", "1", "--required-batch-size-multiple", "1"]
+    one = run_tool("fairseq-train", [str(data / "bin"), "--user-dir", USER_DIR, *lstm, "--update-freq", "2",
+                                     "--save-dir", str(tmp_path / "one")], cwd=data)
+    ranks = run_ranks("fairseq-train", [str(data / "bin"), "--user-dir", USER_DIR, *lstm,
+                                        "--save-dir", str(tmp_path / "two")], world_size=2, cwd=data)
+    assert "'ddp_backend': 'pytorch_ddp'" in ranks[0].stdout + ranks[0].stderr
+    assert per_update_losses(ranks[0]) == per_update_losses(one)
+    assert sorted(per_update_losses(one)) == [1, 2, 3, 4]
 
 
 def test_bf16_trains_on_cpu_devices(data, tmp_path):

@@ -155,7 +155,8 @@ def test_wmt_preset_same_parameters_from_a_users_own_yaml_as_with_arch(data, tmp
     ((), ['model.hybrid_devices="cpu,cuda:9"'], "--hybrid-devices 'cpu,cuda:9'"),
     ((), ["distributed_training.pipeline_chunks=8"],
      "distributed_training.pipeline_chunks 8 is not allowed: hybrid_lstm reads model.pipeline_chunks"),
-    ((), ["distributed_training.ddp_backend=pytorch_ddp"], "--ddp-backend pytorch_ddp is not allowed"),
+    ((), ['model.hybrid_devices="cpu,cpu"', "distributed_training.ddp_backend=pytorch_ddp"],
+     "--ddp-backend pytorch_ddp is not allowed with 2 --hybrid-devices in one process"),
     (("--multirun",), ["common.seed=1,2"], "--multirun is not supported"),
 ])
 def test_bad_values_stop_with_one_line_before_anything_is_written(data, tmp_path, flags, overrides, message):
@@ -207,7 +208,7 @@ def test_adaptations_for_several_gpus_on_the_composed_config(monkeypatch):
     cfg = composed("hybrid_lstm_wmt_en_de", overrides)
     with open_dict(cfg):
         cfg.distributed_training.distributed_world_size = 4
-        adapt_fairseq_config(cfg, cuda_devices=4, argv=explicit_options(cfg, overrides))
+        adapt_fairseq_config(cfg, cuda_devices=4, devices=4, argv=explicit_options(cfg, overrides))
     assert cfg.distributed_training.distributed_world_size == 1
     assert cfg.distributed_training.ddp_backend == "legacy_ddp"
     assert cfg.common.fp16_no_flatten_grads is True
@@ -217,7 +218,7 @@ def test_adaptations_for_several_gpus_on_the_composed_config(monkeypatch):
     argv = explicit_options(cfg, overrides)
     assert "--distributed-world-size=2" in argv
     with open_dict(cfg):
-        adapt_fairseq_config(cfg, cuda_devices=4, argv=argv)
+        adapt_fairseq_config(cfg, cuda_devices=4, devices=4, argv=argv)
     assert cfg.distributed_training.distributed_world_size == 2
     assert cfg.common.fp16_no_flatten_grads is False
 

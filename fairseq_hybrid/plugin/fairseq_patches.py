@@ -52,6 +52,10 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
   model's gradients are on several devices scales each device's gradients with the
   coefficient on that device (fairseq's one ``_foreach_mul_`` with a coefficient on one GPU
   fails there); single-device models keep fairseq's own function.
+- ``data_parallel.torch_ddp_for_every_module`` (``plugin/data_parallel.py``): fairseq's
+  default ``--ddp-backend pytorch_ddp`` hands torch's DistributedDataParallel
+  ``device_ids`` for every module, which torch refuses for CPU modules; they get
+  ``device_ids=None``, torch's rule for them (one-GPU modules are unchanged).
 - ``one_line_errors``: ``HybridConfigError`` (an ordinary exception a Python caller can
   catch) reaches the command line as its one line and exit status 1.
 """
@@ -76,7 +80,7 @@ from fairseq.distributed import utils as distributed_utils
 from fairseq.tasks import FairseqTask
 from fairseq.trainer import Trainer
 
-from . import checkpoints, checks, clipping
+from . import checkpoints, checks, clipping, data_parallel
 from ..errors import HybridConfigError, hybrid_error_in
 
 
@@ -367,3 +371,4 @@ def apply() -> None:
     one_line_non_finite()
     one_line_errors()
     clipping.clipping_across_devices()
+    data_parallel.torch_ddp_for_every_module()

@@ -124,7 +124,7 @@ def parse_time_checks(args: Any) -> None:
     (``hydra_callback`` adapted them before fairseq started)."""
     plan = run_checks(args)  # the one list, shared with fairseq-hydra-train
     if hasattr(args, "distributed_world_size"):
-        adapt_fairseq_defaults(args, sum(1 for d in set(plan.devices) if d.type == "cuda"))
+        adapt_fairseq_defaults(args, sum(1 for d in set(plan.devices) if d.type == "cuda"), len(plan.devices))
 
 
 def preset_architecture(preset: str) -> Callable[[Any], None]:

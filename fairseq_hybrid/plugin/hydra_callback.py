@@ -163,7 +163,7 @@ def check_run_config(config: DictConfig, overrides: Sequence[str]) -> None:
     check_pipeline_chunks(config)
     plan = run_checks(flat, argv=[])  # model.pipeline_chunks=0 means automatic
     cuda_devices = sum(1 for device in set(plan.devices) if device.type == "cuda")
-    adapt_fairseq_config(config, cuda_devices, explicit_options(config, overrides))
+    adapt_fairseq_config(config, cuda_devices, len(plan.devices), explicit_options(config, overrides))
 
 
 def normalise_pipeline_chunks(config: DictConfig) -> None:

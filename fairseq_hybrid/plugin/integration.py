@@ -7,9 +7,8 @@ fairseq starts (from ``hydra_callback``; ``adapt_fairseq_config``):
   with ``--hybrid-devices`` naming several GPUs and no explicit
   ``--distributed-world-size``, the world size becomes 1 (across machines the launcher's
   environment sets it: torchrun, Slurm);
-- ``--ddp-backend legacy_ddp`` by default: fairseq's ``pytorch_ddp`` wrapper passes
-  ``device_ids=[device_id]``, which torch refuses for a module spread over several GPUs
-  and for CPU modules; legacy_ddp all-reduces the gradients after backward instead;
+- across processes, fairseq's default ``--ddp-backend pytorch_ddp`` (torch DDP) where each
+  process drives one device, ``legacy_ddp`` where it drives several (``data_parallel_backend``);
 - ``--bf16`` without CUDA trains in bfloat16 on the CPU instead of demanding a TPU;
 - ``--fp16`` over several GPUs keeps one fp32 master copy per parameter
   (``--fp16-no-flatten-grads``): fairseq's flat fp32 buffer lives on one GPU and only
@@ -64,34 +63,45 @@ def per_parameter_fp32_copies(args: Any, cuda_devices: int) -> None:
         args.fp16_no_flatten_grads = True
 
 
-def data_parallel_backend(args: Any, argv: Optional[Sequence[str]] = None) -> None:
+def data_parallel_backend(args: Any, devices: int, argv: Optional[Sequence[str]] = None) -> None:
+    """fairseq's own default (torch DDP, gradients all-reduced in buckets while backward
+    runs) for a model on one device per process; ``legacy_ddp`` for one that drives
+    several: the engine's workers run each stage's backward as its own call and reduce
+    the head replicas' gradients into the master's ``.grad`` themselves, which torch DDP's
+    hooks neither see nor wait for."""
     given = explicit_option("--ddp-backend", argv)
+    if devices <= 1:
+        return
     if given is None:
         args.ddp_backend = "legacy_ddp"
     elif given in ("pytorch_ddp", "c10d"):
         raise HybridConfigError(
-            f"--ddp-backend {given} is not allowed with hybrid_lstm: torch's "
-            "DistributedDataParallel refuses modules spread over several devices; use "
-            "legacy_ddp (the default) or no_c10d"
+            f"--ddp-backend {given} is not allowed with {devices} --hybrid-devices in one "
+            "process: torch DDP's gradient hooks do not see the gradients the engine's "
+            "device workers reduce themselves; use legacy_ddp (the default there) or one "
+            "device per process"
         )
 
 
-def adapt_fairseq_defaults(args: Any, cuda_devices: int, argv: Optional[Sequence[str]] = None) -> None:
+def adapt_fairseq_defaults(args: Any, cuda_devices: int, devices: int,
+                           argv: Optional[Sequence[str]] = None) -> None:
+    """``devices``: the model's devices in one process (``--hybrid-devices``), of which
+    ``cuda_devices`` distinct GPUs."""
     allow_cpu_bf16(args)
     one_process_per_gpu_group(args, cuda_devices, argv)
     per_parameter_fp32_copies(args, cuda_devices)
     if hasattr(args, "ddp_backend"):
-        data_parallel_backend(args, argv)
+        data_parallel_backend(args, devices, argv)
 
 
-def adapt_fairseq_config(cfg: Any, cuda_devices: int, argv: Sequence[str]) -> None:
+def adapt_fairseq_config(cfg: Any, cuda_devices: int, devices: int, argv: Sequence[str]) -> None:
     """``adapt_fairseq_defaults`` for a composed fairseq config (``fairseq-hydra-train``),
     whose options live in groups. ``argv``: the options the user set, as
     ``--ddp-backend=VALUE`` (what ``explicit_option`` reads)."""
     allow_cpu_bf16(cfg.common)
     one_process_per_gpu_group(cfg.distributed_training, cuda_devices, argv)
     per_parameter_fp32_copies(cfg.common, cuda_devices)
-    data_parallel_backend(cfg.distributed_training, argv)
+    data_parallel_backend(cfg.distributed_training, devices, argv)
 
 
 def skip_overlong_interactive_input(cfg: Any) -> None:
