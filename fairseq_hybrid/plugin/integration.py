@@ -66,9 +66,9 @@ def per_parameter_fp32_copies(args: Any, cuda_devices: int) -> None:
 def data_parallel_backend(args: Any, devices: int, argv: Optional[Sequence[str]] = None) -> None:
     """fairseq's own default (torch DDP, gradients all-reduced in buckets while backward
     runs) for a model on one device per process; ``legacy_ddp`` for one that drives
-    several: the engine's workers run each stage's backward as its own call and reduce
-    the head replicas' gradients into the master's ``.grad`` themselves, which torch DDP's
-    hooks neither see nor wait for."""
+    several: the engine's workers run each pipeline cell's backward as a call of its own, so
+    a layer's parameters receive their gradient once per time chunk, which torch DDP's
+    hooks refuse ("Expected to mark a variable ready only once", tried on cpu,cpu)."""
     given = explicit_option("--ddp-backend", argv)
     if devices <= 1:
         return
@@ -77,9 +77,9 @@ def data_parallel_backend(args: Any, devices: int, argv: Optional[Sequence[str]]
     elif given in ("pytorch_ddp", "c10d"):
         raise HybridConfigError(
             f"--ddp-backend {given} is not allowed with {devices} --hybrid-devices in one "
-            "process: torch DDP's gradient hooks do not see the gradients the engine's "
-            "device workers reduce themselves; use legacy_ddp (the default there) or one "
-            "device per process"
+            "process: the pipeline gives each layer its gradient once per time chunk, which "
+            "torch DDP's hooks refuse; use legacy_ddp (the default there) or one device per "
+            "process"
         )
 
 
