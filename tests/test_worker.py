@@ -60,3 +60,28 @@ def test_while_waiting_runs_on_the_calling_thread_while_the_tasks_run():
     assert workers.run_all([(0, "waits", task)], while_waiting=meanwhile) == [True]
     assert seen == [(True, True)]
     workers.close()
+
+
+def thread_counts(workers: DeviceWorkers) -> list:
+    """torch's thread count as each worker's thread sees it."""
+    return workers.run_all([(i, "threads", torch.get_num_threads) for i in range(len(workers.devices))])
+
+
+def test_cpu_workers_split_the_cores_unless_the_user_chose_a_thread_count(monkeypatch):
+    from fairseq_hybrid.parallel import worker
+
+    for name in worker.THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(worker, "TORCH_THREADS_AT_IMPORT", torch.get_num_threads())
+    monkeypatch.setattr(worker.os, "cpu_count", lambda: 8)
+    workers = DeviceWorkers([torch.device("cpu")] * 2)
+    try:
+        assert workers.cpu_threads == 4 and thread_counts(workers) == [4, 4]
+    finally:
+        workers.close()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # torch read it at start: get_num_threads is the user's
+    monkeypatch.setattr(worker.torch, "get_num_threads", lambda: 1)
+    assert worker.cpu_threads_per_worker(2) == 1
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.setattr(worker, "TORCH_THREADS_AT_IMPORT", 3)  # torch.set_num_threads(1) after import
+    assert worker.cpu_threads_per_worker(2) == 1

@@ -44,8 +44,27 @@ class WorkerError(RuntimeError):
     """A task failed on a device worker; ``__cause__`` is the original exception."""
 
 
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+TORCH_THREADS_AT_IMPORT = torch.get_num_threads()
+
+
+def user_thread_count() -> Optional[int]:
+    """The torch thread count the user chose, if any: through ``OMP_NUM_THREADS`` or
+    ``MKL_NUM_THREADS`` (torch starts with it), or ``torch.set_num_threads`` called after
+    this module was imported (the calling thread's count then differs from torch's start)."""
+    current = torch.get_num_threads()
+    if any(os.environ.get(name) for name in THREAD_VARIABLES) or current != TORCH_THREADS_AT_IMPORT:
+        return current
+    return None
+
+
 def cpu_threads_per_worker(num_cpu_workers: int) -> int:
-    """Split the cores between the CPU workers (at least one thread each)."""
+    """Each CPU worker's torch threads: the user's count where they chose one (every
+    worker then runs with it, as every thread of a torch program would), else the cores
+    split between the CPU workers (at least one thread each)."""
+    chosen = user_thread_count()
+    if chosen is not None:
+        return chosen
     return max(1, (os.cpu_count() or 1) // max(1, num_cpu_workers))
 
 
@@ -53,8 +72,8 @@ class DeviceWorkers:
     """A single-thread executor per entry of ``devices`` (``cpu,cpu`` gives two)."""
 
     def __init__(self, devices: Sequence[torch.device], cpu_threads: Optional[int] = None) -> None:
-        """``cpu_threads``: torch threads of each CPU device's worker (default: the cores
-        split between them)."""
+        """``cpu_threads``: torch threads of each CPU device's worker (default:
+        ``cpu_threads_per_worker``)."""
         self.devices = list(devices)
         cpu_workers = sum(1 for d in self.devices if d.type == "cpu")
         self.cpu_threads = cpu_threads or cpu_threads_per_worker(cpu_workers)
