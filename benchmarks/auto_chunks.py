@@ -61,7 +61,7 @@ def predicted_tokens_per_s(data: str, max_tokens: int) -> Dict[str, Any]:
     """The advisor's model for each fixed K: stage times of the real model on the median
     batch at ``max_tokens`` measured on one CPU device, the step simulated for cpu,cpu."""
     from fairseq_hybrid.tools.advise import load_task_and_model, measure_batch, parse, representative_batch
-    from fairseq_hybrid.parallel.placement import check_plan_options
+    from fairseq_hybrid.plugin.placement_options import check_plan_options
     from fairseq_hybrid.perfmodel.recommend import predict
 
     args = parse([data, "--user-dir", USER_DIR, *shlex.split(MODEL), "--criterion", "hybrid_cross_entropy",

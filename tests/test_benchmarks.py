@@ -251,3 +251,21 @@ def test_ab_worktree_holds_the_base_plugin_and_fairseq_loads_it_from_there(tmp_p
     with pytest.raises(BenchmarkError, match="--base 'no-such-commit': not a commit"):
         with ab.worktree("no-such-commit"):
             pass
+
+
+def test_every_benchmarks_and_tools_module_imports():
+    """A module nobody runs in the suite still has to import (a moved function once broke
+    one silently), including the imports inside its functions."""
+    import ast
+    import importlib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    for folder in ("benchmarks", "fairseq_hybrid/tools"):
+        for path in sorted((root / folder).glob("*.py")):
+            module = importlib.import_module(f"{folder.replace('/', '.')}.{path.stem}")
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module.startswith("fairseq_hybrid"):
+                    imported = importlib.import_module(node.module)
+                    for alias in node.names:
+                        assert hasattr(imported, alias.name), f"{module.__name__}: {node.module}.{alias.name}"
