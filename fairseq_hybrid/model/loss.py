@@ -13,12 +13,12 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from .encoder import EncoderOut
 from .head import AttentionHead
+from .logits_workspace import linear_into_buffer
 
 
 class HeadLoss(NamedTuple):
@@ -61,14 +61,15 @@ class ProjectedSmoothedCrossEntropy(torch.autograd.Function):
     layer's backward. Autograd's chain (logsumexp, its temporaries, gather, sum, and the
     linear layer's backward on a fresh gradient tensor) allocated and page-faulted three
     more N x V float32 tensors per step and passed over them about ten times: a tenth of
-    a CPU training step at a vocabulary of 8K. 16-bit logits get a float32 copy for the
+    a CPU training step at a vocabulary of 8K. float32 logits are written into a buffer
+    kept between steps (``logits_workspace``); 16-bit logits get a float32 copy for the
     loss (the gradient is cast back for the products), as fairseq's criterion does.
     """
 
     @staticmethod
     def forward(ctx, features: Tensor, weight: Tensor, bias: Optional[Tensor], target: Tensor,
                 epsilon: float, count_correct: bool):
-        logits = F.linear(features, weight, bias)
+        logits, ctx.lease = linear_into_buffer(features, weight, bias)
         if logits.dtype in (torch.float32, torch.float64):
             log_probs = torch._log_softmax(logits, -1, False, out=logits)
         else:
@@ -101,6 +102,8 @@ class ProjectedSmoothedCrossEntropy(torch.autograd.Function):
             grad_weight = grad.t().mm(features.to(grad.dtype)).to(weight.dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_bias = grad.sum(0).to(weight.dtype)
+        if ctx.lease is not None:
+            ctx.lease.give_back()
         return grad_features, grad_weight, grad_bias, None, None, None
 
 
