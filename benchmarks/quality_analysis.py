@@ -1,12 +1,13 @@
 """The quality study's analysis of the stored runs: each run's scores, each model's mean
 and spread over seeds (quality, stopping point, speed, memory), each difference with its
-two seed-level intervals and the wording they allow (``quality_stats``), and the
-BLEU differences' equivalence reading (``quality_equivalence``)."""
+two seed-level intervals and the wording they allow (``quality_stats``), the BLEU
+differences' equivalence reading (``quality_equivalence``), and each model's time to
+quality (``quality_time``)."""
 from __future__ import annotations
 
 from typing import Dict, List, Sequence, Tuple
 
-from . import quality_equivalence
+from . import quality_equivalence, quality_time
 from . import quality_stats as qs
 from .quality_runs import undisturbed_speed
 
@@ -109,6 +110,9 @@ def analyse(records: List[Dict[str, object]], hyps: List[Dict[str, List[str]]], 
                 entry["measures"][label]["equivalence"] = quality_equivalence.equivalence(
                     boot, welch, sys_scores, base_scores, system)
         comparisons[f"{system} - {baseline}"] = entry
+    time_to_quality = quality_time.analyse(records, COMPARISONS, samples)
+    for key, row in time_to_quality["models"].items():
+        row["bleu"] = quality_time.seed_interval(summary[key]["measures"]["BLEU"]["values"])
     return {"buckets": buckets, "probe": {"pairs": len(test["probe_groups"]), "groups": test["probe_groups"]},
             "test_sentences": len(test["references"]), "runs": records, "summary": summary,
-            "comparisons": comparisons}
+            "comparisons": comparisons, "time_to_quality": time_to_quality}

@@ -2,7 +2,7 @@
 docs/quality.md): settings and budget, per model mean ± standard deviation over seeds of
 quality, stopping point, speed and memory, and each difference with its two seed-level
 intervals and the reading they allow (``quality_stats.verdict``; for BLEU the equivalence
-reading of ``quality_equivalence``)."""
+reading of ``quality_equivalence``), and each model's time to quality (``quality_time``)."""
 from __future__ import annotations
 
 from typing import Dict, List, Optional
@@ -64,7 +64,7 @@ def markdown(report: Dict[str, object], png: str) -> str:
                                                         for row in summary.values()) + " |")
     lines.append("| hypothesis/reference length (lenpen 1.0) | "
                  + " | ".join(_ms(row["length_ratio"], 3) for row in summary.values()) + " |")
-    lines += equivalence_section(report)
+    lines += equivalence_section(report) + time_section(report)
     lines += ["", "Differences (system − baseline) of the seed means. *Seed-level bootstrap*: 95% interval of "
               "resamples that draw the seeds of each model and the test sentences together. *Welch t*: 95% "
               "interval over the per-seed scores. A direction is read only when both exclude 0; BLEU rows "
@@ -122,3 +122,40 @@ def equivalence_section(report: Dict[str, object]) -> List[str]:
                          f"{'yes' if w['met'] else 'no'} | {w['seeds_needed'] or 'n/a'} |")
     return lines
 
+
+def _mci(stat: Optional[Dict[str, object]], scale: float = 1.0, digits: int = 0) -> str:
+    if stat is None:
+        return "n/a"
+    mean, ci = stat["mean"] / scale, stat["ci95"]
+    interval = "" if ci is None else f" [{ci[0] / scale:,.{digits}f}, {ci[1] / scale:,.{digits}f}]"
+    return f"{mean:,.{digits}f}{interval}"
+
+
+def time_section(report: Dict[str, object]) -> List[str]:
+    """Time to quality: each model's updates, tokens and one-thread minutes to its own best and
+    to the common loss, beside its BLEU; the ratios of the means to the common loss."""
+    time = report.get("time_to_quality")
+    if not time:
+        return []
+    lines = ["", f"**Time to quality** (from the stored curves, each run as if uninterrupted): to each run's own "
+             f"best validation loss, and to the common loss {time['common_loss']:.3f} (the highest of all runs' "
+             "best losses, which every run reaches); the first validation at or below it, no interpolation. "
+             "One-thread minutes = target tokens / the run's undisturbed tokens/s (the niced runs' wall "
+             "time was disturbed). Mean [95% t interval] over seeds.", "",
+             "| model | BLEU | own best: updates | M target tokens | one-thread minutes | common loss: updates | "
+             "M target tokens | one-thread minutes |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for key, row in time["models"].items():
+        cells = [_mci(row["bleu"], digits=2)]
+        for target in ("own_best", "common"):
+            cells += [_mci(row[target].get("updates")), _mci(row[target].get("train_tokens"), 1e6, 2),
+                      _mci(row[target].get("one_thread_seconds"), 60, 1)]
+        lines.append(f"| {report['models'][key]['name']} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for name, ratio in time["ratios_to_common"].items():
+        system, baseline = name.split(" / ")
+        parts = [f"{what} {r['ratio']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]"
+                 for what, r in (("one-thread time", ratio.get("one_thread_seconds")),
+                                 ("target tokens", ratio.get("train_tokens"))) if r]
+        lines.append(f"- {report['models'][system]['name']} / {report['models'][baseline]['name']}, to the common "
+                     f"loss (ratio of the means, 95% seed bootstrap): " + "; ".join(parts))
+    return lines
