@@ -61,14 +61,15 @@ bench-quick: install
 bench: install
 	$(VENV)/bin/python -m benchmarks.scaling --preset small --devices $(BENCH_DEVICES)
 
-# The converged quality study (docs/quality.md): fairseq lstm and hybrid_lstm (5 seeds each),
-# hybrid_lstm --input-feeding (3), each trained until --patience stops it (at most 16,000
-# updates), 2 runs at a time, 1 thread each. Expect ~5 h (runs stopping near 6,000 updates)
-# to ~13 h (all at 16,000) on 2 otherwise idle cores, 2-4x that on a shared machine.
-# Resumable: stop it anytime (Ctrl-C, kill) and rerun `make bench-quality`; finished runs
-# (results/quality/runs/converged-sample/) are skipped, an interrupted one resumes from its
-# checkpoint. QUALITY_ARGS=--report-only reports on the runs done; QUALITY_ARGS=--quick checks
-# the path in 1-2 minutes (under work/quality/). Output: results/quality/converged-sample.*
+# The converged quality study (docs/quality.md): fairseq lstm, hybrid_lstm and hybrid_lstm
+# --input-feeding, 10 seeds each (= python -m benchmarks.quality --seeds 1,2,3,4,5,6,7,8,9,10
+# --if-seeds 10), each trained until --patience stops it (at most 16,000 updates), 2 runs at a
+# time, 1 thread each. Expect ~8 h for all 30 runs (~4.5 h for the 17 beyond the 13 stored) on 2
+# otherwise idle cores, 2-4x that on a shared machine. Resumable: stop it anytime (Ctrl-C,
+# kill) and rerun `make bench-quality`; finished runs (results/quality/runs/converged-sample/)
+# are skipped, an interrupted one resumes from its checkpoint. QUALITY_ARGS=--report-only
+# reports on the runs done; QUALITY_ARGS=--quick checks the path in 1-2 minutes (under
+# work/quality/). Output: results/quality/converged-sample.*
 bench-quality: install
 	$(VENV)/bin/python -m benchmarks.quality $(QUALITY_ARGS)
 

@@ -5,15 +5,16 @@
     python -m benchmarks.quality --report-only   # the report from the stored runs; trains nothing
     python -m benchmarks.quality --data DATA-BIN --reference test.de --source test.en [--remove-bpe sentencepiece]
 
-Trains fairseq's ``lstm`` (input feeding) and ``hybrid_lstm`` (``--seeds``, 5 by default)
-and ``hybrid_lstm --input-feeding`` (the first ``--if-seeds`` of them, 3 by default) with
+Trains fairseq's ``lstm`` (input feeding) and ``hybrid_lstm`` (``--seeds``, 1-10 by default)
+and ``hybrid_lstm --input-feeding`` (the first ``--if-seeds`` of them, all 10 by default) with
 ``fairseq-train`` at the same sizes, vocabulary, batch, optimizer and learning-rate schedule
 (the sample recipe's), each until its validation loss has not improved for ``--patience``
 validations, within the same ``--max-update`` budget. Each run is scored at its best
 checkpoint with beam 5 at the default length penalty and at the one its validation BLEU
 prefers (``--lenpens`` sweep), on the test set, its source-length buckets, and the made-up
 long-sentence probe (``quality_generate``). Differences get seed-level intervals
-(``quality_stats``). Runs are stored as they finish and a rerun skips them
+(``quality_stats``), the BLEU differences an equivalence reading (``quality_equivalence``),
+and each model a time to quality (``quality_time``). Runs are stored as they finish and a rerun skips them
 (``quality_store``). Writes ``<out>/<name>.json``, ``.png`` and ``.md``.
 """
 from __future__ import annotations
@@ -43,7 +44,7 @@ from .quality_stats import unigram_perplexity
 from .quality_store import Store, plan, write_text
 
 SAMPLE = ROOT / "data/ende-sample"
-FULL = {"seeds": "1,2,3,4,5", "if_seeds": 3, "max_update": 16000, "interval": 250, "patience": 4,
+FULL = {"seeds": "1,2,3,4,5,6,7,8,9,10", "if_seeds": 10, "max_update": 16000, "interval": 250, "patience": 4,
         "lenpens": "0.6,0.8,1.0,1.2,1.4", "layers": 2, "dim": 256}
 QUICK = {"seeds": "1", "if_seeds": 1, "max_update": 20, "interval": 10, "patience": 1,
          "lenpens": "1.0,1.4", "layers": 1, "dim": 32}

@@ -1,10 +1,13 @@
 """The quality study's analysis of the stored runs: each run's scores, each model's mean
-and spread over seeds (quality, stopping point, speed, memory), and each difference with
-its two seed-level intervals and the wording they allow (``quality_stats``)."""
+and spread over seeds (quality, stopping point, speed, memory), each difference with its
+two seed-level intervals and the wording they allow (``quality_stats``), the BLEU
+differences' equivalence reading (``quality_equivalence``), and each model's time to
+quality (``quality_time``)."""
 from __future__ import annotations
 
 from typing import Dict, List, Sequence, Tuple
 
+from . import quality_equivalence, quality_time
 from . import quality_stats as qs
 from .quality_runs import undisturbed_speed
 
@@ -97,12 +100,19 @@ def analyse(records: List[Dict[str, object]], hyps: List[Dict[str, List[str]]], 
                 return [stats[(i, output, metric)] if subset is None else stats[(i, output, metric)][subset]
                         for i in indices]
             boot = qs.hierarchical_bootstrap(pick(sys_i), pick(base_i), qs.corpus_scorer(metric), samples)
-            welch = qs.welch_interval([per_run[i][label] for i in sys_i], [per_run[i][label] for i in base_i])
+            sys_scores, base_scores = [per_run[i][label] for i in sys_i], [per_run[i][label] for i in base_i]
+            welch = qs.welch_interval(sys_scores, base_scores)
             unit = "BLEU" if metric == "bleu" else "chrF"
             entry["measures"][label] = {
                 "difference": boot["difference"], "bootstrap": boot, "welch": welch,
                 "verdict": qs.verdict(boot["ci95"], welch["ci95"], boot["difference"], unit, system)}
+            if metric == "bleu":  # the margin is in BLEU
+                entry["measures"][label]["equivalence"] = quality_equivalence.equivalence(
+                    boot, welch, sys_scores, base_scores, system)
         comparisons[f"{system} - {baseline}"] = entry
+    time_to_quality = quality_time.analyse(records, COMPARISONS, samples)
+    for key, row in time_to_quality["models"].items():
+        row["bleu"] = quality_time.seed_interval(summary[key]["measures"]["BLEU"]["values"])
     return {"buckets": buckets, "probe": {"pairs": len(test["probe_groups"]), "groups": test["probe_groups"]},
             "test_sentences": len(test["references"]), "runs": records, "summary": summary,
-            "comparisons": comparisons}
+            "comparisons": comparisons, "time_to_quality": time_to_quality}

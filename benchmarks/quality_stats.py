@@ -9,7 +9,8 @@ intervals for each difference of seed means (system - baseline):
   replacement (independently: seed 1 of one model has nothing in common with seed 1 of
   another) *and* the test sentences with replacement (the same sentences for every seed of
   both models), scores every drawn seed's corpus on those sentences, and takes the
-  difference of the means; 95% = the 2.5th and 97.5th percentiles.
+  difference of the means; 95% = the 2.5th and 97.5th percentiles (90%, for the
+  equivalence test of ``quality_equivalence``: the 5th and 95th).
 - ``welch_interval``: Welch's t interval over the per-seed corpus scores (the seed spread
   only, with the small-sample t quantile).
 
@@ -144,10 +145,11 @@ def corpus_scorer(metric_name: str) -> Callable[[np.ndarray], float]:
     return lambda totals: float(metric._compute_score_from_stats(totals).score)
 
 
-def percentile_interval(values: np.ndarray) -> List[float]:
-    """The 2.5th and 97.5th percentile order statistics (sacreBLEU's ``estimate_ci`` cut)."""
+def percentile_interval(values: np.ndarray, level: float = 0.95) -> List[float]:
+    """The central ``level`` interval's order statistics: cut ``floor(n (1 - level) / 2)`` from
+    each end (at 95% sacreBLEU's ``estimate_ci`` cut, n // 40; at 90%, n // 20)."""
     ordered = np.sort(np.asarray(values, dtype=np.float64))
-    cut = len(ordered) // 40
+    cut = math.floor(len(ordered) * (1 - level) / 2 + 1e-9)
     return [float(ordered[cut]), float(ordered[len(ordered) - cut - 1])]
 
 
@@ -182,16 +184,18 @@ def hierarchical_bootstrap(system: Sequence[np.ndarray], baseline: Sequence[np.n
         diffs.append(float(np.mean([sys_scores[k] for k in sys_seeds]) - np.mean([base_scores[k] for k in base_seeds])))
     diffs_array = np.array(diffs)
     return {"difference": observed, "ci95": percentile_interval(diffs_array),
+            "ci90": percentile_interval(diffs_array, 0.90),
             "p_not_better": float(np.mean(diffs_array <= 0)), "p_not_worse": float(np.mean(diffs_array >= 0)),
             "samples": len(draws), "seeds": [len(system), len(baseline)], "sentences": n}
 
 
 def welch_interval(system: Sequence[float], baseline: Sequence[float], level: float = 0.95) -> Dict[str, object]:
-    """Welch's t interval for mean(system) - mean(baseline) over per-seed scores, and the
-    two-sided p-value; undefined (None) with fewer than 2 seeds a side or no spread."""
+    """Welch's t interval for mean(system) - mean(baseline) over per-seed scores (``ci95``,
+    at ``level``; ``ci90`` at 90%, for the equivalence test), and the two-sided p-value;
+    undefined (None) with fewer than 2 seeds a side or no spread."""
     a, b = np.asarray(system, dtype=np.float64), np.asarray(baseline, dtype=np.float64)
     difference = float(a.mean() - b.mean())
-    out: Dict[str, object] = {"difference": difference, "ci95": None, "p_value": None, "df": None,
+    out: Dict[str, object] = {"difference": difference, "ci95": None, "ci90": None, "p_value": None, "df": None,
                               "seeds": [len(a), len(b)]}
     if len(a) < 2 or len(b) < 2:
         return out
@@ -201,9 +205,10 @@ def welch_interval(system: Sequence[float], baseline: Sequence[float], level: fl
         return out
     df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
     t = float(scipy_stats.t.ppf(0.5 + level / 2, df))
+    t90 = float(scipy_stats.t.ppf(0.95, df))
     p = float(2 * scipy_stats.t.sf(abs(difference) / se, df))
     return out | {"ci95": [difference - t * se, difference + t * se], "p_value": p, "df": float(df),
-                  "se": se, "t": t}
+                  "se": se, "t": t, "ci90": [difference - t90 * se, difference + t90 * se]}
 
 
 def verdict(bootstrap_ci: Sequence[float], welch_ci: Optional[Sequence[float]], difference: float,

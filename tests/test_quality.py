@@ -273,8 +273,11 @@ def test_presets_train_the_sample_recipes_or_the_wmt_recipes_models_on_their_dev
     assert "--optimizer adam" in joined and "--lr 0.003 --lr-scheduler fixed --clip-norm 1.0" in joined
     assert "--max-update 16000" in joined and "--patience 4" in joined and "--validate-interval-updates 250" in joined
     assert "--encoder-layers 2" in joined and "--share-all-embeddings" in joined and "--seed 3" in joined
-    assert sample.seed_list == [1, 2, 3, 4, 5] and quality.planned(sample).count(("hybrid_if", 4)) == 0
-    assert len(quality.planned(sample)) == 13
+    # 10 seeds of every model (hybrid_lstm --input-feeding too), seed-major
+    assert sample.seed_list == list(range(1, 11)) and quality.planned(sample).count(("hybrid_if", 10)) == 1
+    assert len(quality.planned(sample)) == 30
+    assert quality.planned(sample)[:4] == [("lstm", 1), ("hybrid", 1), ("hybrid_if", 1), ("lstm", 2)]
+    assert quality.planned(quality.parse_args(["--seeds", "1,2,3", "--if-seeds", "1"])).count(("hybrid_if", 2)) == 0
     wmt = quality.parse_args(["--preset", "wmt", "--hybrid-devices", "cuda:2,cuda:3"])
     joined = " ".join(train_command("bin", quality.MODEL["lstm"], quality.schedule_of(wmt), 1, "ckpt"))
     assert "--lr 0.001 --lr-scheduler reduce_lr_on_plateau --lr-shrink 0.5 --clip-norm 5.0" in joined
