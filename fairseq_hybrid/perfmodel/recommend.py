@@ -166,21 +166,24 @@ class ReplicaAdvice:
     replicas: int  # the most replicas whose all-reduce still fits in backward's time
     allreduce_s: float
     backward_s: float
-    tokens_per_s: float  # replicas x batch tokens / (step + all-reduce): legacy_ddp's order
+    tokens_per_s: float  # replicas x batch tokens / (step + the all-reduce's exposed part)
     next_allreduce_s: float  # of one replica more
+    overlapped: bool = False  # torch DDP (buckets during backward) rather than legacy_ddp
 
 
 def replica_knee(step: Prediction, grad_bytes: int, link_gbps: float, latency_s: float,
-                 limit: int = 1024) -> ReplicaAdvice:
+                 limit: int = 1024, overlapped: bool = False) -> ReplicaAdvice:
     """The largest replica count R (at most ``limit``) whose all-reduce takes no longer than
     the step's backward (it could hide behind backward); 1 when even two replicas' does not.
-    tokens/s are predicted as legacy_ddp runs it (the plugin's default): the all-reduce
-    after backward, not overlapped."""
+    tokens/s are predicted as the backend the plugin picks runs it: ``overlapped`` (torch
+    DDP, one device per process) adds only what of the all-reduce outlasts backward;
+    otherwise (legacy_ddp, several devices per process) the all-reduce follows backward."""
     best = 1
     for replicas in range(2, limit + 1):
         if allreduce_s(grad_bytes, replicas, link_gbps, latency_s) > step.backward_s:
             break
         best = replicas
     cost = allreduce_s(grad_bytes, best, link_gbps, latency_s)
-    return ReplicaAdvice(best, cost, step.backward_s, best * step.tokens / (step.step_s + cost),
-                         allreduce_s(grad_bytes, best + 1, link_gbps, latency_s))
+    exposed = max(0.0, cost - step.backward_s) if overlapped else cost
+    return ReplicaAdvice(best, cost, step.backward_s, best * step.tokens / (step.step_s + exposed),
+                         allreduce_s(grad_bytes, best + 1, link_gbps, latency_s), overlapped)

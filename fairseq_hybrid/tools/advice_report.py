@@ -67,7 +67,10 @@ def recommendation_rows(
                         + ("it hides at every count tried " if at_limit else
                            f"one more replica: {replicas.next_allreduce_s:.3f} s ")
                         +
-                        "(tok/s: all-reduce after backward, as legacy_ddp runs it)"})
+                        + ("(tok/s: all-reduce during backward, as torch DDP runs it with one device "
+                           "per process)" if replicas.overlapped else
+                           "(tok/s: all-reduce after backward, as legacy_ddp runs it with several "
+                           "devices per process)")})
     versus = report.get("versus_ddp")
     if versus:
         ddp_wins = versus["faster"] == "ddp"

@@ -223,7 +223,7 @@ def advise(args: argparse.Namespace, progress=lambda message: None) -> Dict[str,
                   for count in range(1, model.encoder.num_layers + 1)}
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
     replicas = replica_knee(balanced, grad_bytes, args.link_gbps, args.link_latency_us * 1e-6,
-                            limit=REPLICA_LIMIT)
+                            limit=REPLICA_LIMIT, overlapped=n == 1)
 
     versus_ddp = compare_with_ddp(model, task, dataset, args, plan, threads, link, schedule,
                                   given, tokens_of(given), balanced) if n > 1 else None
