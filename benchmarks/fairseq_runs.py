@@ -103,6 +103,17 @@ def interval_speed(log: str, log_interval: int) -> tuple:
     return tokens / seconds, sentences / seconds, updates, tokens / updates
 
 
+def with_threads(env: Dict[str, str], threads: int) -> Dict[str, str]:
+    """``env`` with ``OMP_NUM_THREADS`` where a process is to use fewer threads than the
+    cores, and without it (as a user runs it) where it uses them all: the plugin's CPU
+    device workers then split the cores between them, where a user's ``OMP_NUM_THREADS``
+    gives each worker that many threads."""
+    env = {k: v for k, v in env.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    if threads < (os.cpu_count() or 1):
+        env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
 def train_command(
     data: str, config: TrainConfig, updates: int, log_interval: int, save_dir: Optional[str],
     extra: str, optimizer: str = "torch_adam", user_dir: str = USER_DIR,
@@ -131,8 +142,8 @@ def run_training(
     with tempfile.TemporaryDirectory() as tmp:
         memory_dir = Path(tmp) / "memory"
         memory_dir.mkdir()
-        env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=str(config.threads),
-                   FAIRSEQ_HYBRID_MEMORY_REPORT=str(memory_dir), **(env or {}), **config.env)
+        env = with_threads(dict(os.environ, PYTHONWARNINGS="ignore", FAIRSEQ_HYBRID_MEMORY_REPORT=str(memory_dir),
+                                **(env or {}), **config.env), config.threads)
         command = train_command(data, config, updates, log_interval, save_dir, extra, optimizer,
                                 user_dir)
         if config.processes > 1 and "cuda" not in config.options:
