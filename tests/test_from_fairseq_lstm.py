@@ -281,6 +281,7 @@ def test_mapping_round_trips(config):
     (dict(decoder_out_embed_dim=7), "--decoder-out-embed-dim 7 cannot be mapped: only "
                                     "--decoder-hidden-size (12) is"),
     (dict(criterion="adaptive_loss"), "--criterion 'adaptive_loss' cannot be mapped"),
+    (dict(decoder_layers=2), "--decoder-layers 2 cannot be mapped: only --encoder-layers (3) is"),
 ])
 def test_lstm_configurations_of_another_network_are_refused(change, message):
     args = argparse.Namespace(**{**vars(lstm_args("separate")), **change})
@@ -370,4 +371,8 @@ def test_command_line_refuses_what_is_not_a_fairseq_lstm_checkpoint(tmp_path):
     with pytest.raises(HybridConfigError, match="is a checkpoint of --arch hybrid_lstm, not of "
                                                 "fairseq's lstm"):
         main([str(other), str(tmp_path / "out.pt")])
+    with pytest.raises(HybridConfigError, match=r"OUT '.*hybrid.pt' is IN: give another file"):
+        main([str(other), str(other)])
+    with pytest.raises(HybridConfigError, match=r"OUT '.*no/out.pt' is not in an existing folder"):
+        main([str(other), str(tmp_path / "no" / "out.pt")])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hybrid.pt"]

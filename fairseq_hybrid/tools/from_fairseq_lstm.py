@@ -26,22 +26,29 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import fields
 from types import SimpleNamespace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from fairseq import utils
-from fairseq.models.lstm import base_architecture
+from fairseq.models.lstm import (
+    DEFAULT_MAX_SOURCE_POSITIONS, DEFAULT_MAX_TARGET_POSITIONS, base_architecture,
+)
 from torch import Tensor
 
 from ..errors import HybridConfigError
-from ..plugin.config import HybridLSTMConfig, effective
+from ..plugin.config import effective
 
 StateDict = Dict[str, Tensor]
 GATES = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
 COMBINE = ("decoder.attention.output_proj.weight", "decoder.head.combine_proj.weight")
 TIED_OUTPUT = "decoder.head.output_proj.weight"
+# the options of fairseq's lstm that hybrid_lstm has under the same name and meaning
+NETWORK_OPTIONS = (
+    "dropout", "encoder_embed_dim", "encoder_hidden_size", "encoder_layers", "encoder_dropout_in",
+    "encoder_dropout_out", "decoder_embed_dim", "decoder_hidden_size", "decoder_layers",
+    "decoder_out_embed_dim", "decoder_dropout_in", "decoder_dropout_out", "share_all_embeddings",
+)
 
 
 def _namespace(options: Any) -> argparse.Namespace:
@@ -81,13 +88,11 @@ def hybrid_options(args: Any) -> Dict[str, Any]:
     """hybrid_lstm's options (``HybridLSTMConfig`` fields) for the network of the fairseq
     ``lstm`` with options ``args``: the same sizes and dropouts, with input feeding."""
     args = lstm_options(args)
-    names = {f.name for f in fields(HybridLSTMConfig) if not f.name.startswith("_")}
-    options = {name: getattr(args, name) for name in names if hasattr(args, name)}
-    for name in ("hybrid_devices", "pipeline_chunks", "hybrid_balance", "hybrid_head_on_master",
-                 "hybrid_allow_repeated_devices"):
-        options.pop(name, None)  # how to train, not what: hybrid_lstm's defaults
-    for name in ("max_source_positions", "max_target_positions"):
-        options[name] = int(getattr(args, name, 1e5))  # fairseq lstm's default
+    options = {name: getattr(args, name) for name in NETWORK_OPTIONS}
+    options["max_source_positions"] = int(getattr(args, "max_source_positions",
+                                              DEFAULT_MAX_SOURCE_POSITIONS))
+    options["max_target_positions"] = int(getattr(args, "max_target_positions",
+                                              DEFAULT_MAX_TARGET_POSITIONS))
     options["share_decoder_input_output_embed"] = bool(
         args.share_decoder_input_output_embed or args.share_all_embeddings)
     options["input_feeding"] = True
