@@ -30,13 +30,16 @@ from types import SimpleNamespace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
-from fairseq import utils
+from fairseq import checkpoint_utils, utils
+from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.models.lstm import (
-    DEFAULT_MAX_SOURCE_POSITIONS, DEFAULT_MAX_TARGET_POSITIONS, base_architecture,
+    DEFAULT_MAX_SOURCE_POSITIONS, DEFAULT_MAX_TARGET_POSITIONS, LSTMModel, base_architecture,
 )
+from omegaconf import OmegaConf
 from torch import Tensor
 
 from ..errors import HybridConfigError
+from ..plugin.checkpoints import atomic_save
 from ..plugin.config import effective
 
 StateDict = Dict[str, Tensor]
@@ -171,14 +174,8 @@ def hybrid_to_lstm(state_dict: Mapping[str, Tensor], cfg: Any) -> StateDict:
 # ------------------------------------------------------------------ checkpoint files
 def convert_checkpoint(source: str, destination: str) -> None:
     """Write ``destination``: the fairseq ``lstm`` checkpoint ``source`` as a hybrid_lstm
-    ``--input-feeding`` checkpoint (module docstring)."""
-    from fairseq import checkpoint_utils
-    from fairseq.models import ARCH_MODEL_REGISTRY
-    from fairseq.models.lstm import LSTMModel
-    from omegaconf import OmegaConf
-
-    from ..plugin.checkpoints import atomic_save  # the package's import made loading weights-only safe
-
+    ``--input-feeding`` checkpoint (module docstring). fairseq's loading, with the checks
+    and the weights-only allowances the package's import installed (``plugin``)."""
     if not os.path.isfile(source):
         raise HybridConfigError(f"IN {source!r} is not a file: give a fairseq lstm checkpoint")
     if os.path.abspath(source) == os.path.abspath(destination):
