@@ -89,7 +89,8 @@ def test_bad_input_is_one_line_and_writes_nothing(inputs, script, setup, args, m
     (["--source", "short.en", "--show", "5"], "--source 'short.en' has 1 line(s) but the reference has 2: "
                                               "give the source side of the same test set"),
     (["--show", "2"], "--show 2 needs --source (the test set's source side) to print examples"),
-    (["--source", "src.en", "--show", "-1"], "--show -1 is not allowed: the number of example translations to print, >= 0"),
+    (["--source", "src.en", "--show", "-1"], "--show -1 is not allowed: the number of example "
+                                             "translations to print, >= 0"),
 ])
 def test_score_checks_show_and_source_before_writing(inputs, args, message):
     (inputs / "short.en").write_text("That is good.\n")
