@@ -104,6 +104,36 @@ def test_interactive_batch_size_above_its_buffer_is_one_line(sample_data, tmp_pa
     assert args.skip_invalid_size_inputs_valid_test  # interactive skips over-long lines
 
 
+@pytest.mark.parametrize("tool,extra,message", [
+    ("generate", ["--max-tokens", "0"], "--max-tokens 0 is not allowed: an integer >= 1, or leave it out"),
+    ("interactive", ["--batch-size", "-1"], "--batch-size -1 is not allowed: an integer >= 1"),
+    # fairseq: killed by SIGFPE (a division by zero)
+    ("generate", ["--required-batch-size-multiple", "0"], "--required-batch-size-multiple 0 is not allowed"),
+    ("generate", ["--num-workers", "-1"], "--num-workers -1 is not allowed: an integer >= 0"),  # ValueError
+    # fairseq: AssertionError: min_len cannot be larger than max_len (longer sources)
+    ("generate", ["--max-len-a", "-1"], "--max-len-a -1.0 is not allowed: a number >= 0"),
+    ("interactive", ["--diverse-beam-groups", "3", "--beam", "2"],  # ValueError
+     "--diverse-beam-groups 3 is not allowed with --beam 2: --beam must be a multiple of it"),
+    ("generate", ["--model-overrides", "{{'beam': 5"], "--model-overrides \"{{'beam': 5\" is not allowed: "
+                                                       "a Python dict literal"),  # SyntaxError, at run time
+    ("interactive", ["--replace-unk"], "--replace-unk needs an alignment dictionary file here"),  # '@@ '
+    ("generate", ["--replace-unk", "{file}"], "--replace-unk is not allowed with binarized data"),
+    ("generate", ["--results-path", "{file}"], "--results-path '{file}' is a file: give a directory"),
+    ("generate", ["--path", ""], "--path is required"),  # fairseq: OSError: Model file not found:
+    ("interactive", ["--input", "{tmp}/none.txt"], "--input '{tmp}/none.txt' does not exist"),
+    ("interactive", ["--input", "{tmp}"], "--input '{tmp}' is a directory"),
+    # fairseq: UnicodeDecodeError after translating the lines before it
+    ("interactive", ["--input", "{latin1}"], "--input '{latin1}' is not UTF-8 text: line 3 has the byte 0xe4"),
+])
+def test_values_fairseq_fails_on_later_are_one_line(sample_data, tmp_path, tool, extra, message):
+    (tmp_path / "some.txt").write_text("a b\n")
+    (tmp_path / "latin1.txt").write_bytes("Hallo\nWelt\nK\u00e4se\n".encode("latin-1"))
+    names = {"file": tmp_path / "some.txt", "tmp": tmp_path, "latin1": tmp_path / "latin1.txt"}
+    given = [part.format(**names) for part in extra]
+    with pytest.raises(HybridConfigError, match=re.escape(message.format(**names))):
+        parse(sample_data / "bin", tmp_path, *given, tool=tool)
+
+
 # ------------------------------------------------------------------ at run time (fairseq's batching)
 @pytest.fixture
 def task(sample_data, tmp_path):

@@ -36,6 +36,7 @@ from torch import Tensor
 from .checkpoints import check_restore_file
 from .config import validate_model_config
 from .generation_data import check_generation_data
+from .generation_options import check_generation_values
 from .criterion import validate_criterion_args
 from ..errors import HybridConfigError
 from .placement_options import check_plan_options
@@ -164,7 +165,8 @@ def check_generation_options(args: Any) -> None:
     (``--max-len-a`` x source length + ``--max-len-b``) that can never reach ``--min-len``,
     ``--temperature`` <= 0, ``--sampling`` with ``--nbest`` other than ``--beam``, ``--nbest``
     outside 1 .. ``--beam`` (fairseq prints fewer without a word), fairseq-interactive's
-    ``--batch-size`` above its ``--buffer-size``, and a
+    ``--batch-size`` above its ``--buffer-size``, the values of
+    ``generation_options.check_generation_values``, and a
     ``--path`` that is missing or a directory (looked up as fairseq will: ``--checkpoint-
     suffix``, shards); then the data directory (``generation_data.check_generation_data``).
     A negative ``--max-len-b`` with ``--max-len-a`` > 0 depends on the source lengths:
@@ -202,7 +204,8 @@ def check_generation_options(args: Any) -> None:
             raise HybridConfigError(
                 f"--batch-size {batch} is not allowed with --buffer-size {buffer}: fairseq-interactive "
                 f"batches the lines of one buffer; use --buffer-size {batch} or more")
-        if getattr(args, "path", None) is None:
+        check_generation_values(args)
+        if not getattr(args, "path", None):
             raise HybridConfigError("--path is required: the checkpoint to translate with, e.g. "
                                     "--path checkpoints/checkpoint_best.pt")
     if getattr(args, "path", None):
