@@ -100,6 +100,14 @@ def test_score_checks_show_and_source_before_writing(inputs, args, message):
     assert files(inputs) == before
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_reference(inputs):
+    (inputs / "ref.de").write_bytes(b"\xef\xbb\xbfDas ist gut.\nEr ist da.\n")  # chrF was 93.81
+    proc = score(inputs, *BASE)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((inputs / "out" / "bleu.json").read_text())
+    assert result["bleu"] == 100.0 and result["chrf"] == 100.0
+
+
 def test_good_input_still_scores_with_examples_and_the_best_of_each_id(inputs):
     proc = score(inputs, *BASE, "--source", "src.en", "--show", "5", "--extra", '{"beam": 5}')
     assert proc.returncode == 0, proc.stderr

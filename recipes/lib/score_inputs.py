@@ -3,14 +3,16 @@ fairseq-generate output, the reference (and source) text, ``--show``, ``--extra`
 ``--json`` to write. A bad one ends the script with one line naming it and what is allowed
 (exit status 1) before anything is written.
 
-Text files are read as UTF-8, one entry per ``\\n``-terminated line; a ``\\r`` inside a line is
-a space (universal newlines would split a line at it and shift every later reference).
+Text files are read as UTF-8 (a leading byte-order mark dropped), one entry per
+``\\n``-terminated line; a ``\\r`` inside a line is a space (universal newlines would split a
+line at it and shift every later reference).
 Hypotheses are the ``D-`` lines (detokenized by ``--remove-bpe``) put back in corpus order;
 every reference line must have exactly one.
 """
 from __future__ import annotations
 
 import argparse
+import codecs
 import collections
 import json
 import os
@@ -42,6 +44,8 @@ def read_text(path: str, option: str) -> str:
             data = handle.read()
     except OSError as error:
         fail(f"{option} {path!r} cannot be read: {error.strerror}")
+    if data.startswith(codecs.BOM_UTF8):  # an editor's byte-order mark is not part of line 1
+        data = data[len(codecs.BOM_UTF8):]
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
