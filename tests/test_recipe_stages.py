@@ -102,3 +102,13 @@ def test_a_failing_fairseq_generate_is_named_on_the_terminal(sample_data, tmp_pa
                            f"'{work}/checkpoints/checkpoint_best.pt' is not a readable fairseq checkpoint")
     assert last.endswith(f"(log: {work}/generate.tmp/generate.log)")
     assert not (work / "generate").exists()
+
+
+def test_averaging_a_missing_checkpoint_is_one_line(tmp_path):
+    (tmp_path / "a.pt").write_bytes(b"x")
+    proc = subprocess.run([sys.executable, str(REPO / "recipes" / "lib" / "average.py"), "--out",
+                           str(tmp_path / "avg.pt"), str(tmp_path / "a.pt"), str(tmp_path / "b.pt")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == f"average.py: error: checkpoint '{tmp_path}/b.pt' does not exist"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pt"]
