@@ -126,6 +126,7 @@ generate_stage() {
     --remove-bpe sentencepiece --num-workers 0 > "$tmp/test.out" 2> "$tmp/generate.log" \
     || die "generate: fairseq-generate failed: $(grep -E 'error|Error' "$tmp/generate.log" | tail -1) (log: $tmp/generate.log)"
   echo $((SECONDS - start)) > "$tmp/seconds"
+  echo "$BEAM" > "$tmp/beam"
   grep -E "Translated|BLEU" "$tmp/generate.log" "$tmp/test.out" | sed 's/^/  /' >&2 || true
   stage_commit generate "$out"
 }
@@ -133,9 +134,13 @@ generate_stage() {
 score_stage() {
   require_done score "$WORK/generate" "the generate stage"
   log "score: sacreBLEU and chrF of detokenized output against the raw references"
+  # what the finished stages ran with (a stage skipped as done kept its own settings)
+  local vocab=$SPM_VOCAB beam=$BEAM
+  [ -f "$WORK/spm/spm.vocab" ] && vocab=$(wc -l < "$WORK/spm/spm.vocab")
+  [ -f "$WORK/generate/beam" ] && beam=$(cat "$WORK/generate/beam")
   python "$ROOT/recipes/lib/score.py" --generate-output "$WORK/generate/test.out" \
     --reference "$DATA/test.de" --source "$DATA/test.en" --show 5 --json "$RESULTS/bleu.json" \
-    --extra "{\"model\": \"hybrid_lstm\", \"spm_vocab\": $SPM_VOCAB, \"train_minutes\": $TRAIN_MINUTES, \"beam\": $BEAM, \"generate_seconds\": $(cat "$WORK/generate/seconds")}"
+    --extra "{\"model\": \"hybrid_lstm\", \"spm_vocab\": $vocab, \"train_minutes\": $TRAIN_MINUTES, \"beam\": $beam, \"generate_seconds\": $(cat "$WORK/generate/seconds")}"
 }
 
 case "$STAGE" in
