@@ -4,6 +4,7 @@ numbers, paths or stages the recipe can use: one line on the terminal (stderr), 
 1, nothing created; numbers are read as Python reads them (``LR=1e-3``)."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -55,6 +56,7 @@ def test_a_stage_before_the_one_it_reads_is_one_line(tmp_path, stage, needs):
                        "paths: use a directory without ':'"),
     ("WORK={tmp}/file", "WORK='{tmp}/file' is a file, not a directory"),
     ("RESULTS={tmp}/file", "RESULTS='{tmp}/file' is a file, not a directory"),
+    ("FORCE=yes", "FORCE='yes': use 1 (yes) or 0 (no)"),  # was read as 0
 ])
 def test_settings_the_recipe_cannot_use_are_one_line(tmp_path, setting, message):
     (tmp_path / "file").write_text("")
@@ -112,3 +114,21 @@ def test_averaging_a_missing_checkpoint_is_one_line(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == f"average.py: error: checkpoint '{tmp_path}/b.pt' does not exist"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pt"]
+
+
+def test_the_score_stage_with_spaces_in_every_path(tmp_path):
+    """WORK and RESULTS with spaces: the stage reads the generate stage's output and writes
+    bleu.json (here from a made-up output that repeats the references: BLEU 100)."""
+    work, results = tmp_path / "my work", tmp_path / "my results"
+    generated = work / "generate"
+    generated.mkdir(parents=True)
+    references = (REPO / "data" / "ende-sample" / "test.de").read_text(encoding="utf-8").splitlines()
+    (generated / "test.out").write_text("".join(f"D-{i}\t-0.5\t{line}\n" for i, line in enumerate(references)),
+                                        encoding="utf-8")
+    for name, text in (("seconds", "7"), ("beam", "3"), (".done", "test")):
+        (generated / name).write_text(text + "\n")
+    proc = sample("score", tmp_path, WORK=str(work), RESULTS=str(results), LR="1e-3")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((results / "bleu.json").read_text())
+    assert result["bleu"] == 100.0 and result["sentences"] == len(references)
+    assert result["beam"] == 3 and result["generate_seconds"] == 7  # what generate ran with

@@ -89,6 +89,14 @@ require_number() { require_float non-negative "$@"; }
 # require_positive NAME...: each setting NAME is a number > 0.
 require_positive() { require_float positive "$@"; }
 
+# require_flag NAME...: each setting NAME is 0 or 1 (unset: 0).
+require_flag() {
+  local name
+  for name in "$@"; do
+    case "${!name:-0}" in 0|1) ;; *) die "$name='${!name}': use 1 (yes) or 0 (no)" ;; esac
+  done
+}
+
 # require_work_dir NAME...: each setting NAME is a directory the recipe can create or use and
 # fairseq can read: no ':' (fairseq splits data and checkpoint paths at it), not a file.
 require_work_dir() {

@@ -65,6 +65,7 @@ wmt_validate() {
   require_float fraction DROPOUT LABEL_SMOOTHING
   require_number CLIP_NORM LENPEN MAX_LEN_A
   require_work_dir DATA_DIR
+  require_flag FORCE DRY_RUN
   [ ! -e "$RESULTS" ] || [ -d "$RESULTS" ] || die "RESULTS='$RESULTS' is a file, not a directory"
   case "$ARCH" in hybrid_lstm_wmt_en_de|hybrid_lstm|lstm_luong_wmt_en_de|lstm) ;;
     *) die "ARCH='$ARCH': use hybrid_lstm_wmt_en_de (default), lstm_luong_wmt_en_de (the input-feeding baseline), hybrid_lstm or lstm" ;; esac

@@ -48,6 +48,7 @@ require_int SPM_VOCAB MAX_TOKENS -min 100
 require_int BEAM
 require_int SEED -min 0
 require_int PATIENCE
+require_flag FORCE
 require_work_dir WORK
 [ ! -e "$RESULTS" ] || [ -d "$RESULTS" ] || die "RESULTS='$RESULTS' is a file, not a directory"
 
