@@ -299,3 +299,23 @@ def test_an_unreadable_option_value_is_one_line_not_the_usage(sample_data, check
     assert only_line(proc) == ("fairseq_hybrid: error: argument --buffer-size: invalid int value: '' "
                                "(see fairseq-interactive --help)")
     assert "usage:" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_interactive_reads_a_byte_that_is_not_utf8_as_an_unknown_character(checkpoints, sample_data):
+    """Python reads standard input strictly in most UTF-8 locales (here forced): fairseq ended
+    the session with a UnicodeDecodeError before translating even the line before it."""
+    import os
+    import subprocess
+    import sys
+
+    root, found = checkpoints
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", PYTHONIOENCODING="utf-8:strict")
+    proc = subprocess.run([str(Path(sys.executable).parent / "fairseq-interactive"), str(sample_data / "bin"),
+                           "--user-dir", USER_DIR, "--path", str(found["lstm"]), "--beam", "2", "--max-len-b", "5"],
+                          input=b"Hello .\nK\xe4se bitte .\nBye .\n", capture_output=True, cwd=root, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    out = proc.stdout.decode()
+    assert sorted(int(line.split("\t")[0][2:]) for line in hypotheses(out, ("D-",))) == [0, 1, 2]
+    assert "Traceback" not in proc.stderr.decode()

@@ -45,7 +45,9 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
 - ``checked_generation_options``: fairseq-generate/-interactive/-validate refuse, once
   parsed, the options fairseq's beam search cannot run and a missing ``--path``, for every
   model (``checks.check_generation_options``); fairseq-interactive skips an over-long line
-  instead of ending the session (``sentence_limits.skip_overlong_lines``), and a failed
+  instead of ending the session (``sentence_limits.skip_overlong_lines``) and reads a byte
+  of standard input that is not UTF-8 as an unknown character
+  (``generation_options.tolerant_stdin``), and a failed
   fairseq-generate leaves no ``--results-path`` file behind (``plugin/results_file.py``).
   An option argparse cannot read is one line too, in every tool (``plugin/usage_errors.py``).
 - ``sentence_limits.limited_batches`` (``plugin/sentence_limits.py``): sentences longer than
@@ -83,7 +85,8 @@ from fairseq.distributed import utils as distributed_utils
 from fairseq.tasks import FairseqTask
 from fairseq.trainer import Trainer
 
-from . import checkpoints, checks, clipping, results_file, sentence_limits, usage_errors
+from . import (checkpoints, checks, clipping, generation_options, results_file, sentence_limits,
+               usage_errors)
 from ..errors import HybridConfigError, hybrid_error_in
 
 
@@ -308,6 +311,7 @@ def checked_generation_options() -> None:
             args = parsed[0] if given.arguments["parse_known"] else parsed
             checks.check_generation_options(args)
             sentence_limits.skip_overlong_lines(args)
+            generation_options.tolerant_stdin(args)
             results_file.watch_results_file(args)
         return parsed
 

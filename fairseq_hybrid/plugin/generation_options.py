@@ -15,12 +15,19 @@ fails on, deep inside the run (any model), checked once parsed by
 - ``--results-path`` (fairseq-generate) naming a file, or a directory that cannot be made;
   ``--input`` (fairseq-interactive) missing, a directory, or not UTF-8 text (fairseq read it
   line by line and failed at the first bad byte, after translating the lines before it).
+
+And fairseq-interactive reading standard input takes a byte that is not UTF-8 as an unknown
+character (U+FFFD, translated as ``<unk>`` like any character the model does not know)
+instead of ending the session with a ``UnicodeDecodeError`` (``tolerant_stdin``, installed by
+``fairseq_patches.checked_generation_options``; Python reads standard input strictly in most
+UTF-8 locales).
 """
 from __future__ import annotations
 
 import ast
 import codecs
 import os
+import sys
 from typing import Any
 
 from ..errors import HybridConfigError, require
@@ -111,6 +118,12 @@ def check_input_file(args: Any) -> None:
                     f"--input {given!r} is not UTF-8 text: line {line} has the byte "
                     f"0x{data[error.start]:02x}; convert it (e.g. iconv -f latin1 -t utf-8)") from None
             line += chunk.count(b"\n")
+
+
+def tolerant_stdin(args: Any) -> None:
+    """fairseq-interactive (its parser has ``--buffer-size``) reading standard input."""
+    if hasattr(args, "buffer_size") and getattr(args, "input", "-") == "-" and hasattr(sys.stdin, "reconfigure"):
+        sys.stdin.reconfigure(errors="replace")
 
 
 def check_generation_values(args: Any) -> None:
