@@ -95,6 +95,20 @@ def test_a_data_directory_without_what_generate_reads_is_one_line(sample_data, t
             parse(data, tmp_path, tool="interactive")
 
 
+@pytest.mark.slow
+def test_an_empty_split_is_one_line(tmp_path):
+    """fairseq translated nothing and ended with a ZeroDivisionError."""
+    from cli import preprocess, write_sample_subset
+
+    write_sample_subset(tmp_path / "raw", train=20, valid=5, test=5)
+    for lang in ("en", "de"):
+        (tmp_path / "raw" / f"test.{lang}").write_text("")
+    preprocess(tmp_path / "raw", tmp_path / "bin")
+    with pytest.raises(HybridConfigError, match=re.escape(
+            "--gen-subset 'test': the split has no sentences")):
+        parse(tmp_path / "bin", tmp_path)
+
+
 def test_interactive_batch_size_above_its_buffer_is_one_line(sample_data, tmp_path):
     with pytest.raises(HybridConfigError, match="--batch-size 4 is not allowed with --buffer-size 2: "
                                                 "fairseq-interactive batches the lines of one buffer; "
