@@ -35,9 +35,9 @@ from torch import Tensor
 
 from .checkpoints import check_restore_file
 from .config import validate_model_config
+from .criterion import validate_criterion_args
 from .generation_data import check_generation_data
 from .generation_options import check_generation_values
-from .criterion import validate_criterion_args
 from ..errors import HybridConfigError
 from .placement_options import check_plan_options
 

@@ -308,11 +308,11 @@ def checked_generation_options() -> None:
         usage_errors.one_line_usage_errors(given.arguments["parser"])
         parsed = original(*args, **kwargs)
         if not given.arguments["suppress_defaults"]:  # the inner full parse checked it
-            args = parsed[0] if given.arguments["parse_known"] else parsed
-            checks.check_generation_options(args)
-            sentence_limits.skip_overlong_lines(args)
-            generation_options.tolerant_stdin(args)
-            results_file.watch_results_file(args)
+            namespace = parsed[0] if given.arguments["parse_known"] else parsed
+            checks.check_generation_options(namespace)
+            sentence_limits.skip_overlong_lines(namespace)
+            generation_options.tolerant_stdin(namespace)
+            results_file.watch_results_file(namespace)
         return parsed
 
     parse_args_and_arch._hybrid_checked = True
