@@ -136,7 +136,7 @@ def test_training_data_and_precision_errors(setup, tmp_path, monkeypatch, case, 
 
 def test_interactive_survives_odd_input(setup):
     """Empty and blank lines, emoji and control characters are translated; a line longer
-    than --max-source-positions is skipped with fairseq's warning; the session goes on."""
+    than --max-source-positions is skipped with a one-line warning; the session goes on."""
     root, checkpoint, _, _ = setup
     lines = ["Hello there.", "", "   ", " ".join(["word"] * 1100), "I love 🍕 and 😀!",
              "Tab\there \x01\x07 bell", "Last line."]
@@ -146,4 +146,8 @@ def test_interactive_survives_odd_input(setup):
     ], cwd=root, stdin="\n".join(lines) + "\n")
     translated = sorted(int(line.split("\t")[0][2:]) for line in hypotheses(proc.stdout))
     assert translated == [0, 1, 2, 4, 5, 6]
-    assert "1 samples have invalid sizes and will be skipped" in proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if "skipped" in line]
+    assert len(warnings) == 1 and "skipped 1 source sentence of the input ('<unk> <unk> " in warnings[0]
+    assert warnings[0].endswith(  # the line as the model reads it: 'word' is not in its dictionary
+        "...'): longer than --max-source-positions 1024 allows (the longest has 1101 tokens with the "
+        "end-of-sentence token); raise --max-source-positions to 1101 to translate it")

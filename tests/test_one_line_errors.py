@@ -38,10 +38,10 @@ def fake_data_dir(root: Path, *splits: str) -> Path:
 
 
 # ------------------------------------------------------------------ fairseq-generate's options
-def parse_generate(*extra: str):
+def parse_generate(*extra: str, data: str = "data"):
     from fairseq import options
 
-    return options.parse_args_and_arch(options.get_generation_parser(), ["data", *extra])
+    return options.parse_args_and_arch(options.get_generation_parser(), [data, *extra])
 
 
 @pytest.mark.parametrize("extra,message", [
@@ -53,6 +53,11 @@ def parse_generate(*extra: str):
     (["--min-len", "300"], "--max-len-b 200 is not allowed with --max-len-a 0 and --min-len 300"),
     (["--temperature", "0"], "--temperature 0 is not allowed: a number > 0"),  # an AssertionError
     (["--sampling", "--beam", "3"], "--nbest 1 is not allowed with --sampling and --beam 3"),
+    # fairseq printed 2 hypotheses per sentence without a word
+    (["--beam", "2", "--nbest", "5"], "--nbest 5 is not allowed with --beam 2: the search keeps only "
+                                      "--beam hypotheses per sentence; use --nbest 2 or less, or --beam 5 or more"),
+    (["--nbest", "0"], "--nbest 0 is not allowed: an integer >= 1"),  # fairseq printed none
+    (["--beam", "two"], "argument --beam: invalid int value: 'two' .see .* --help.$"),
     (["--path", "nowhere.pt"], "--path 'nowhere.pt' does not exist: give a checkpoint file"),  # OSError
     (["--path", "{dir}"], "--path '{dir}' is a directory, not a fairseq checkpoint file"),
     (["--path", "{file}:nowhere.pt"], "--path 'nowhere.pt' does not exist"),  # an ensemble
@@ -73,7 +78,10 @@ def test_generation_options_fairseq_cannot_run_are_one_line(tmp_path, extra, mes
 ])
 def test_generation_options_fairseq_can_run_are_accepted(tmp_path, extra):
     (tmp_path / "model.pt").write_bytes(b"x")
-    args = parse_generate("--path", str(tmp_path / "model.pt"), *extra)
+    (tmp_path / "bin" / "test.en-de.en.idx").parent.mkdir()
+    for name in ("dict.en.txt", "dict.de.txt", "test.en-de.en.idx", "test.en-de.en.bin"):
+        (tmp_path / "bin" / name).write_text("")  # sizes unreadable: left to fairseq
+    args = parse_generate("--path", str(tmp_path / "model.pt"), *extra, data=str(tmp_path / "bin"))
     assert args.path == str(tmp_path / "model.pt")
 
 

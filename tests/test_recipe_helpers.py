@@ -148,7 +148,7 @@ def test_extract_matches_archive_members_after_normpath(tmp_path):
     ("TRAIN_MINUTES=0", "TRAIN_MINUTES='0': must be a number > 0"),
     ("SPM_VOCAB=50", "SPM_VOCAB='50': must be an integer >= 100"),
     ("MAX_TOKENS=lots", "MAX_TOKENS='lots': must be an integer >= 100"),
-    ("LR=-1", "LR='-1': must be a number >= 0"),
+    ("LR=-1", "LR='-1': must be a number > 0"),
     ("BEAM=0", "BEAM='0': must be an integer >= 1"),
     ("PATIENCE=never", "PATIENCE='never': must be an integer >= 1"),
 ])

@@ -206,6 +206,9 @@ def test_dry_run_prints_the_real_urls_and_the_plan(recipe, urls, tmp_path):
     ("all", {"MAX_UPDATE": "0"}, "error: MAX_UPDATE='0': must be an integer >= 1"),
     ("all", {"MIRROR": "ftp://x"}, "error: MIRROR='ftp://x': use a file://, http:// or https:// URL"),
     ("all", {"BT_EN": "x.en"}, "error: BT_EN and BT_DE go together"),
+    ("all", {"MAX_LEN_B": "1.5"}, "error: MAX_LEN_B='1.5': must be an integer >= 0"),  # fairseq's is an int
+    ("all", {"LABEL_SMOOTHING": "1"}, "error: LABEL_SMOOTHING='1': must be a number >= 0 and < 1"),
+    ("all", {"LR": "1e-3", "CLIP_NORM": "abc"}, "error: CLIP_NORM='abc': must be a number >= 0"),
 ])
 def test_bad_settings_give_one_line_before_any_work(stage, env, message, tmp_path):
     if "CUDA device" in message:

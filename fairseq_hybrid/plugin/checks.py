@@ -36,6 +36,8 @@ from torch import Tensor
 from .checkpoints import check_restore_file
 from .config import validate_model_config
 from .criterion import validate_criterion_args
+from .generation_data import check_generation_data
+from .generation_options import check_generation_values
 from ..errors import HybridConfigError
 from .placement_options import check_plan_options
 
@@ -161,10 +163,14 @@ def check_generation_options(args: Any) -> None:
     itself cannot run (its failures are a reshape error, an AssertionError, an OSError or an
     AttributeError, after ``--results-path`` was created): ``--beam`` < 1, a longest output
     (``--max-len-a`` x source length + ``--max-len-b``) that can never reach ``--min-len``,
-    ``--temperature`` <= 0, ``--sampling`` with ``--nbest`` other than ``--beam``, and a
+    ``--temperature`` <= 0, ``--sampling`` with ``--nbest`` other than ``--beam``, ``--nbest``
+    outside 1 .. ``--beam`` (fairseq prints fewer without a word), fairseq-interactive's
+    ``--batch-size`` above its ``--buffer-size``, the values of
+    ``generation_options.check_generation_values``, and a
     ``--path`` that is missing or a directory (looked up as fairseq will: ``--checkpoint-
-    suffix``, shards). A negative ``--max-len-b`` with ``--max-len-a`` > 0 depends on the
-    source lengths: fairseq's to decide."""
+    suffix``, shards); then the data directory (``generation_data.check_generation_data``).
+    A negative ``--max-len-b`` with ``--max-len-a`` > 0 depends on the source lengths:
+    fairseq's to decide."""
     if hasattr(args, "beam"):
         beam = args.beam
         if beam is not None and beam < 1:
@@ -186,11 +192,26 @@ def check_generation_options(args: Any) -> None:
         if getattr(args, "sampling", False) and nbest != beam:
             raise HybridConfigError(f"--nbest {nbest} is not allowed with --sampling and --beam "
                                     f"{beam}: --sampling needs --nbest equal to --beam")
-        if getattr(args, "path", None) is None:
+        if nbest is not None and nbest < 1:
+            raise HybridConfigError(f"--nbest {nbest} is not allowed: an integer >= 1 (hypotheses "
+                                    "printed per sentence, at most --beam)")
+        if nbest is not None and nbest > beam:  # fairseq would print --beam of them, silently
+            raise HybridConfigError(
+                f"--nbest {nbest} is not allowed with --beam {beam}: the search keeps only --beam "
+                f"hypotheses per sentence; use --nbest {beam} or less, or --beam {nbest} or more")
+        buffer, batch = getattr(args, "buffer_size", None), getattr(args, "batch_size", None)
+        if buffer is not None and batch is not None and batch > max(buffer, 1):  # an AssertionError
+            raise HybridConfigError(
+                f"--batch-size {batch} is not allowed with --buffer-size {buffer}: fairseq-interactive "
+                f"batches the lines of one buffer; use --buffer-size {batch} or more")
+        check_generation_values(args)
+        if not getattr(args, "path", None):
             raise HybridConfigError("--path is required: the checkpoint to translate with, e.g. "
                                     "--path checkpoints/checkpoint_best.pt")
     if getattr(args, "path", None):
         check_checkpoint_paths(args)
+    if hasattr(args, "beam"):
+        check_generation_data(args)
 
 
 def check_checkpoint_paths(args: Any) -> None:

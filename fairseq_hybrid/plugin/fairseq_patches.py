@@ -44,7 +44,16 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
   ``options.add_distributed_training_args`` reaches fairseq-train's parser.
 - ``checked_generation_options``: fairseq-generate/-interactive/-validate refuse, once
   parsed, the options fairseq's beam search cannot run and a missing ``--path``, for every
-  model (``checks.check_generation_options``).
+  model (``checks.check_generation_options``); fairseq-interactive skips an over-long line
+  instead of ending the session (``sentence_limits.skip_overlong_lines``) and reads a byte
+  of standard input that is not UTF-8 as an unknown character
+  (``generation_options.tolerant_stdin``), and a failed
+  fairseq-generate leaves no ``--results-path`` file behind (``plugin/results_file.py``).
+  An option argparse cannot read is one line too, in every tool (``plugin/usage_errors.py``).
+- ``sentence_limits.limited_batches`` (``plugin/sentence_limits.py``): sentences longer than
+  ``--max-tokens`` or the positions limits, in any tool and split, are one line naming the
+  limit (fairseq: an ``AssertionError`` or a bare ``Exception``), or, where invalid inputs are
+  skipped, skipped with one warning line (also those over ``--max-tokens``).
 - ``one_line_non_finite``: a training stopped by a NaN/inf loss, and a beam search whose
   scores are all NaN/-inf, end with one line (what happened, at which update, what was
   saved) instead of fairseq's traceback.
@@ -80,7 +89,8 @@ from fairseq.distributed import utils as distributed_utils
 from fairseq.tasks import FairseqTask
 from fairseq.trainer import Trainer
 
-from . import checkpoints, checks, clipping, data_parallel
+from . import (checkpoints, checks, clipping, data_parallel, generation_options, results_file,
+               sentence_limits, usage_errors)
 from ..errors import HybridConfigError, hybrid_error_in
 
 
@@ -299,9 +309,14 @@ def checked_generation_options() -> None:
     def parse_args_and_arch(*args: Any, **kwargs: Any) -> Any:
         given = signature.bind(*args, **kwargs)
         given.apply_defaults()
+        usage_errors.one_line_usage_errors(given.arguments["parser"])
         parsed = original(*args, **kwargs)
         if not given.arguments["suppress_defaults"]:  # the inner full parse checked it
-            checks.check_generation_options(parsed[0] if given.arguments["parse_known"] else parsed)
+            namespace = parsed[0] if given.arguments["parse_known"] else parsed
+            checks.check_generation_options(namespace)
+            sentence_limits.skip_overlong_lines(namespace)
+            generation_options.tolerant_stdin(namespace)
+            results_file.watch_results_file(namespace)
         return parsed
 
     parse_args_and_arch._hybrid_checked = True
@@ -366,6 +381,7 @@ def apply() -> None:
     checkpoints.apply()
     keep_last_batch()
     same_batches_after_resume()
+    sentence_limits.limited_batches()
     pipeline_chunks_auto()
     checked_generation_options()
     one_line_non_finite()

@@ -32,7 +32,7 @@ from .config import (
     validate_model_config,
 )
 from ..errors import HybridConfigError
-from .integration import adapt_fairseq_defaults, skip_overlong_interactive_input
+from .integration import adapt_fairseq_defaults
 
 MODEL_NAME = "hybrid_lstm"
 logger = logging.getLogger(__name__)
@@ -63,7 +63,6 @@ class HybridLSTMModel(HybridLSTMNetwork):
         several with ``--model-overrides "{'hybrid_devices': 'cuda:0,cuda:1'}"``; the
         devices a checkpoint was trained on are ignored."""
         super().prepare_for_inference_(cfg)
-        skip_overlong_interactive_input(cfg)
         overrides = getattr(getattr(cfg, "common_eval", None), "model_overrides", None) or "{}"
         requested = ast.literal_eval(overrides) if isinstance(overrides, str) else dict(overrides)
         if requested.get("hybrid_devices"):

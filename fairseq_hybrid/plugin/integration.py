@@ -13,23 +13,16 @@ fairseq starts (from ``hydra_callback``; ``adapt_fairseq_config``):
 - ``--fp16`` over several GPUs keeps one fp32 master copy per parameter
   (``--fp16-no-flatten-grads``): fairseq's flat fp32 buffer lives on one GPU and only
   syncs the gradients of parameters on that GPU (``FP16Optimizer._sync_fp16_grads_to_fp32``
-  groups them by ``p.device.index``), so the others would silently never train;
-- fairseq-interactive skips (with fairseq's warning) a line longer than
-  --max-source-positions instead of ending the session on it
-  (``skip_overlong_interactive_input``, from the model's ``prepare_for_inference_``).
+  groups them by ``p.device.index``), so the others would silently never train.
 """
 from __future__ import annotations
 
-import logging
-import os
 import sys
 from typing import Any, Optional, Sequence
 
 import torch
 
 from ..errors import HybridConfigError
-
-logger = logging.getLogger(__name__)
 
 
 def explicit_option(name: str, argv: Optional[Sequence[str]] = None) -> Optional[str]:
@@ -103,14 +96,3 @@ def adapt_fairseq_config(cfg: Any, cuda_devices: int, devices: int, argv: Sequen
     per_parameter_fp32_copies(cfg.common, cuda_devices)
     data_parallel_backend(cfg.distributed_training, devices, argv)
 
-
-def skip_overlong_interactive_input(cfg: Any) -> None:
-    """In fairseq-interactive one over-long input line would end the whole session with
-    an exception; skip it instead (fairseq logs which). Batch tools keep failing loudly."""
-    if "interactive" not in os.path.basename(sys.argv[0] if sys.argv else ""):
-        return
-    dataset = getattr(cfg, "dataset", None)
-    if dataset is not None and not dataset.skip_invalid_size_inputs_valid_test:
-        dataset.skip_invalid_size_inputs_valid_test = True
-        logger.info("fairseq-interactive: lines longer than --max-source-positions are "
-                    "skipped with a warning")

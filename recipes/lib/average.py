@@ -22,6 +22,9 @@ from fairseq import checkpoint_utils  # noqa: E402
 
 
 def average(paths: List[str], out: str) -> None:
+    for path in paths:
+        if not os.path.isfile(path):
+            sys.exit(f"average.py: error: checkpoint {path!r} does not exist")
     total = None
     state = None
     for path in paths:
@@ -33,6 +36,10 @@ def average(paths: List[str], out: str) -> None:
         else:
             if model.keys() != total.keys():
                 sys.exit(f"average.py: error: {path} holds other parameters than {paths[0]}")
+            other = next((k for k, v in model.items() if v.shape != total[k].shape), None)
+            if other is not None:
+                sys.exit(f"average.py: error: {path}'s {other} is {list(model[other].shape)}, "
+                         f"{paths[0]}'s {list(total[other].shape)}: checkpoints of one training only")
             for k, v in model.items():
                 if v.is_floating_point():
                     total[k] += v.double()
@@ -42,7 +49,11 @@ def average(paths: List[str], out: str) -> None:
     state["last_optimizer_state"] = None  # not meaningful for an average; keeps the file small
     directory = os.path.dirname(os.path.abspath(out))
     with tempfile.NamedTemporaryFile(dir=directory, delete=False, suffix=".pt") as tmp:
-        torch.save(state, tmp)
+        try:
+            torch.save(state, tmp)
+        except BaseException:  # a full disk, Ctrl-C: no half-written file left
+            os.unlink(tmp.name)
+            raise
     os.replace(tmp.name, out)
     print(f"averaged {len(paths)} checkpoints -> {out}", file=sys.stderr)
 

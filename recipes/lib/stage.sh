@@ -6,13 +6,15 @@
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
-# stage_needed NAME DIR: true when DIR must be (re)built.
+# stage_needed NAME DIR [INPUT WHAT]: true when DIR must be (re)built; then, before anything
+# is logged, stop with one line unless INPUT holds a finished stage's output (WHAT makes it).
 stage_needed() {
   local name=$1 dir=$2
   if [ "${FORCE:-0}" != "1" ] && [ -f "$dir/.done" ]; then
     log "$name: done already ($dir), skipping (FORCE=1 redoes it)"
     return 1
   fi
+  [ $# -lt 4 ] || require_done "${name%% *}" "$3" "$4"
   log "$name: starting"
   return 0
 }
@@ -39,7 +41,8 @@ require_done() {
   [ -f "$2/.done" ] || die "$1: $2 is not complete: run $3 first"
 }
 
-# require_int NAME... [-min N]: each setting NAME (a shell variable) is an integer >= N (1).
+# require_int NAME... [-min N]: each setting NAME (a shell variable) is an integer >= N (1),
+# rewritten without leading zeros (bash arithmetic reads 08 as a bad octal number).
 require_int() {
   local min=1 name value names=()
   while [ $# -gt 0 ]; do
@@ -47,25 +50,62 @@ require_int() {
   done
   for name in "${names[@]}"; do
     value=${!name}
-    [[ $value =~ ^[0-9]+$ ]] && [ "$value" -ge "$min" ] || die "$name='$value': must be an integer >= $min"
+    [[ $value =~ ^[0-9]{1,15}$ ]] && [ "$((10#$value))" -ge "$min" ] || die "$name='$value': must be an integer >= $min"
+    printf -v "$name" '%s' "$((10#$value))"
   done
 }
 
-# require_number NAME...: each setting NAME is a number >= 0 (digits, optionally a fraction).
-require_number() {
-  local name value
-  for name in "$@"; do
-    value=${!name}
-    [[ $value =~ ^[0-9]+([.][0-9]+)?$ ]] || die "$name='$value': must be a number >= 0"
-  done
+# require_float KIND NAME...: each setting NAME is a finite number as Python's float() reads
+# it (0.001, 1e-3, .5), rewritten in Python's plain form (0.001, 1e-05, 2) for the tools and
+# the result JSON; KIND is positive (> 0), non-negative (>= 0) or fraction (>= 0 and < 1).
+require_float() {
+  local kind=$1 name value checked py pairs=()
+  shift
+  for name in "$@"; do pairs+=("$name" "${!name}"); done
+  py=$(command -v python3 || command -v python) || die "python not found on PATH: run 'make install' and use .venv/bin"
+  checked=$("$py" - "$kind" "${pairs[@]}" <<'PY'
+import math, sys
+kind, given = sys.argv[1], sys.argv[2:]
+what, fits = {"positive": ("a number > 0", lambda v: v > 0),
+              "non-negative": ("a number >= 0", lambda v: v >= 0),
+              "fraction": ("a number >= 0 and < 1", lambda v: 0 <= v < 1)}[kind]
+for name, text in zip(given[::2], given[1::2]):
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and fits(value)):
+        sys.exit(f"error: {name}='{text}': must be {what}")
+    plain = repr(value)
+    print(f"{name}={plain[:-2] if plain.endswith('.0') else plain}")
+PY
+  ) || exit 1
+  while IFS='=' read -r name value; do printf -v "$name" '%s' "$value"; done <<< "$checked"
 }
+
+# require_number NAME...: each setting NAME is a number >= 0 (see require_float).
+require_number() { require_float non-negative "$@"; }
 
 # require_positive NAME...: each setting NAME is a number > 0.
-require_positive() {
+require_positive() { require_float positive "$@"; }
+
+# require_flag NAME...: each setting NAME is 0 or 1 (unset: 0).
+require_flag() {
+  local name
+  for name in "$@"; do
+    case "${!name:-0}" in 0|1) ;; *) die "$name='${!name}': use 1 (yes) or 0 (no)" ;; esac
+  done
+}
+
+# require_work_dir NAME...: each setting NAME is a directory the recipe can create or use and
+# fairseq can read: no ':' (fairseq splits data and checkpoint paths at it), not a file.
+require_work_dir() {
   local name value
   for name in "$@"; do
     value=${!name}
-    [[ $value =~ ^[0-9]+([.][0-9]+)?$ ]] && [[ $value =~ [1-9] ]] || die "$name='$value': must be a number > 0"
+    [ -n "$value" ] || die "$name is empty: give a directory"
+    [[ $value != *:* ]] || die "$name='$value': fairseq reads ':' in a data or checkpoint path as a list of paths: use a directory without ':'"
+    [ ! -e "$value" ] || [ -d "$value" ] || die "$name='$value' is a file, not a directory"
   done
 }
 

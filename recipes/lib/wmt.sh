@@ -112,8 +112,7 @@ prepare_stage() {
 
 clean_stage() {
   local out=$DATA_DIR/clean raw=$DATA_DIR/raw
-  stage_needed clean "$out" || return 0
-  require_done clean "$raw" "the prepare stage"
+  stage_needed clean "$out" "$raw" "the prepare stage" || return 0
   need_space "$DATA_DIR" $((2 * $(dir_bytes "$raw"))) clean
   local tmp; tmp=$(stage_begin "$out")
   log "clean: $(stage_plan clean)"
@@ -133,8 +132,7 @@ clean_stage() {
 
 spm_stage() {
   local out=$DATA_DIR/spm in=$DATA_DIR/clean
-  stage_needed spm "$out" || return 0
-  require_done spm "$in" "the clean stage"
+  stage_needed spm "$out" "$in" "the clean stage" || return 0
   need_space "$DATA_DIR" $((2 * $(dir_bytes "$in"))) spm
   local tmp; tmp=$(stage_begin "$out")
   log "spm: $(stage_plan spm)"
@@ -161,8 +159,7 @@ spm_stage() {
 
 binarize_stage() {
   local out=$DATA_DIR/bin in=$DATA_DIR/spm
-  stage_needed binarize "$out" || return 0
-  require_done binarize "$in" "the spm stage"
+  stage_needed binarize "$out" "$in" "the spm stage" || return 0
   need_space "$DATA_DIR" $((2 * $(dir_bytes "$in"))) binarize
   local tmp; tmp=$(stage_begin "$out")
   log "binarize: $(stage_plan binarize)"
@@ -226,8 +223,7 @@ train_command() {
 
 train_stage() {
   local out=$SAVE_DIR bin=$DATA_DIR/bin
-  stage_needed "train ($ARCH)" "$out" || return 0
-  require_done train "$bin" "the binarize stage"
+  stage_needed "train ($ARCH)" "$out" "$bin" "the binarize stage" || return 0
   [ "${FORCE:-0}" = "1" ] && rm -rf "$out"
   mkdir -p "$out"   # no .tmp: an interrupted training resumes from checkpoint_last.pt
   [ -f "$out/checkpoint_last.pt" ] && log "train: resuming from $out/checkpoint_last.pt"
@@ -245,8 +241,7 @@ train_stage() {
 
 generate_stage() {
   local out=$GEN_DIR ckpt
-  stage_needed "generate ($ARCH, $CHECKPOINT checkpoint)" "$out" || return 0
-  require_done generate "$SAVE_DIR" "the train stage (ARCH=$ARCH)"
+  stage_needed "generate ($ARCH, $CHECKPOINT checkpoint)" "$out" "$SAVE_DIR" "the train stage (ARCH=$ARCH)" || return 0
   local tmp; tmp=$(stage_begin "$out")
   case "$CHECKPOINT" in
     best|last) ckpt=$SAVE_DIR/checkpoint_$CHECKPOINT.pt ;;

@@ -19,7 +19,7 @@ quality_validate() {
   [[ $QUALITY_SEEDS =~ ^[0-9]+(,[0-9]+)*$ ]] || die "QUALITY_SEEDS='$QUALITY_SEEDS': use seeds like 1,2,3,4,5"
   require_int QUALITY_PATIENCE QUALITY_THREADS
   require_int QUALITY_IF_SEEDS -min 0
-  [[ $QUALITY_LENPENS =~ ^[0-9.]+(,[0-9.]+)*$ ]] || die "QUALITY_LENPENS='$QUALITY_LENPENS': use length penalties like 0.6,1.0,1.4"
+  [[ $QUALITY_LENPENS =~ ^[0-9]+([.][0-9]+)?(,[0-9]+([.][0-9]+)?)*$ ]] || die "QUALITY_LENPENS='$QUALITY_LENPENS': use length penalties like 0.6,1.0,1.4"
   [ $((MAX_UPDATE % SAVE_INTERVAL)) = 0 ] || die "MAX_UPDATE=$MAX_UPDATE is not a multiple of SAVE_INTERVAL=$SAVE_INTERVAL (the study validates every SAVE_INTERVAL updates)"
 }
 

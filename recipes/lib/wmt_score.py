@@ -11,21 +11,23 @@ splitting (the number Luong et al. 2015 and the hybrid paper report).
   ``get_ende_bleu.sh`` does (``a-b`` -> ``a ##AT##-##AT## b``), and BLEU is computed on
   those tokens like ``multi-bleu.perl`` (no further tokenization, no smoothing).
 
-Reading the hypotheses (refusing incomplete output) and the atomic JSON come from score.py.
+Reading and checking the inputs (one line for a bad one, nothing written) come from
+score_inputs.py, the atomic JSON from score.py.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import re
 from typing import List
 
 import sacrebleu
 from sacremoses import MosesTokenizer
 
-from score import detokenized_scores, read_hypotheses, read_lines, write_json
+from score import detokenized_scores, write_json
+from score_inputs import ArgumentParser, check_json_path, extra_fields, read_hypotheses, read_reference
 
 COMPOUND = re.compile(r"(\S)-(\S)")
+SCORE_KEYS = ("sacrebleu", "sacrebleu_signature", "sacrebleu_detail", "chrf", "chrf_signature",
+              "tokenized_bleu", "tokenized_bleu_detail", "tokenized_bleu_method", "sentences")
 
 
 def compound_split(text: str) -> str:
@@ -42,7 +44,7 @@ def tokenize_for_bleu(lines: List[str], lang: str) -> List[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--generate-output", required=True)
     parser.add_argument("--reference", required=True)
     parser.add_argument("--json", required=True)
@@ -50,7 +52,9 @@ def main() -> None:
     parser.add_argument("--extra", default="{}", help="JSON object merged into the output")
     args = parser.parse_args()
 
-    references = read_lines(args.reference)
+    extra = extra_fields(args.extra, SCORE_KEYS)
+    check_json_path(args.json, [args.generate_output, args.reference])
+    references = read_reference(args.reference)
     hypotheses = read_hypotheses(args.generate_output, len(references))
     scores, printed = detokenized_scores(hypotheses, references, bleu_key="sacrebleu")
     tok_metric = sacrebleu.BLEU(tokenize="none", smooth_method="none", force=True)
@@ -63,7 +67,7 @@ def main() -> None:
         "tokenized_bleu_method": f"sacremoses tokenizer -l {args.lang}, compound splitting "
                                  "(##AT##-##AT##), multi-bleu style (tokenize none, no smoothing)",
         "sentences": len(references),
-        **json.loads(args.extra),
+        **extra,
     }
     write_json(args.json, payload)
     print("sacreBLEU " + printed[0])

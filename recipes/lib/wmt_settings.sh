@@ -60,7 +60,13 @@ wmt_validate() {
   require_int RETRIES MAX_WORDS MAX_SUBWORDS SPM_SAMPLE WORKERS MAX_TOKENS MAX_UPDATE \
               SAVE_INTERVAL LOG_INTERVAL SEED AVG_N BEAM GEN_BATCH
   require_int SPM_VOCAB -min 100
-  require_number MAX_RATIO LR DROPOUT CLIP_NORM LABEL_SMOOTHING LENPEN MAX_LEN_A MAX_LEN_B
+  require_int MAX_LEN_B -min 0   # fairseq's --max-len-b is an integer
+  require_positive MAX_RATIO LR
+  require_float fraction DROPOUT LABEL_SMOOTHING
+  require_number CLIP_NORM LENPEN MAX_LEN_A
+  require_work_dir DATA_DIR
+  require_flag FORCE DRY_RUN
+  [ ! -e "$RESULTS" ] || [ -d "$RESULTS" ] || die "RESULTS='$RESULTS' is a file, not a directory"
   case "$ARCH" in hybrid_lstm_wmt_en_de|hybrid_lstm|lstm_luong_wmt_en_de|lstm) ;;
     *) die "ARCH='$ARCH': use hybrid_lstm_wmt_en_de (default), lstm_luong_wmt_en_de (the input-feeding baseline), hybrid_lstm or lstm" ;; esac
   case "$FRONTEND" in cli) ;;

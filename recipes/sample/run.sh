@@ -36,17 +36,21 @@ STAGE=${1:-all}
 case "$STAGE" in all|spm|binarize|train|generate|score) ;;
   *) die "unknown stage '$STAGE': use all, spm, binarize, train, generate or score" ;;
 esac
+[ $# -le 1 ] || die "one stage at a time ('$*'): use all, spm, binarize, train, generate or score"
 case "$FRONTEND" in cli) TRAIN_TOOL=fairseq-train ;; hydra) TRAIN_TOOL=fairseq-hydra-train ;;
   *) die "FRONTEND='$FRONTEND': use cli (fairseq-train) or hydra (fairseq-hydra-train)" ;;
 esac
 for tool in python fairseq-preprocess "$TRAIN_TOOL" fairseq-generate; do require_tool "$tool"; done
 # the same one-line checks as the WMT recipes (recipes/lib/stage.sh), before any work
-require_positive TRAIN_MINUTES
+require_positive TRAIN_MINUTES LR
+require_float fraction DROPOUT
 require_int SPM_VOCAB MAX_TOKENS -min 100
 require_int BEAM
 require_int SEED -min 0
 require_int PATIENCE
-require_number LR DROPOUT
+require_flag FORCE
+require_work_dir WORK
+[ ! -e "$RESULTS" ] || [ -d "$RESULTS" ] || die "RESULTS='$RESULTS' is a file, not a directory"
 
 spm_stage() {
   local out=$WORK/spm
@@ -67,17 +71,19 @@ spm_stage() {
 
 binarize_stage() {
   local out=$WORK/bin
-  stage_needed binarize "$out" || return 0
+  stage_needed binarize "$out" "$WORK/spm" "the spm stage" || return 0
   local tmp; tmp=$(stage_begin "$out")
   fairseq-preprocess --source-lang en --target-lang de \
     --trainpref "$WORK/spm/train" --validpref "$WORK/spm/valid" --testpref "$WORK/spm/test" \
-    --destdir "$tmp" --joined-dictionary --workers 2 2>&1 | grep -E "sents|Wrote" >&2
+    --destdir "$tmp" --joined-dictionary --workers 2 > "$tmp/preprocess.log" 2>&1 \
+    || die "binarize: fairseq-preprocess failed: $(grep -E 'error|Error' "$tmp/preprocess.log" | tail -1) (log: $tmp/preprocess.log)"
+  grep -E "sents|Wrote" "$tmp/preprocess.log" >&2 || true
   stage_commit binarize "$out"
 }
 
 train_stage() {
   local out=$WORK/checkpoints
-  stage_needed train "$out" || return 0
+  stage_needed train "$out" "$WORK/bin" "the binarize stage" || return 0
   [ "${FORCE:-0}" = "1" ] && rm -rf "$out"
   mkdir -p "$out"   # no .tmp here: an interrupted training resumes from checkpoint_last.pt
   log "train: hybrid_lstm (2+2 x 256) on $WORK/bin for at most ${TRAIN_MINUTES} min (patience ${PATIENCE} validations)"
@@ -98,9 +104,12 @@ train_stage() {
       --required-batch-size-multiple 1 --num-workers 0 --seed "$SEED"
       --log-format simple --log-interval 100)
   fi
+  # the progress lines on the terminal; a failure as its cause's line (log: train.log)
   # shellcheck disable=SC2086
-  PYTHONUNBUFFERED=1 "${train[@]}" $DEVICE_ARGS 2>&1 | tee "$out/train.log" \
-    | grep --line-buffered -E "\| INFO \| (train_inner|train|valid) \||\]\[(train_inner|train|valid)\]\[INFO\]|done training|Error|error" >&2
+  if ! PYTHONUNBUFFERED=1 "${train[@]}" $DEVICE_ARGS 2>&1 | tee "$out/train.log" \
+    | { grep --line-buffered -E "\| INFO \| (train_inner|train|valid) \||\]\[(train_inner|train|valid)\]\[INFO\]|done training" >&2 || true; }; then
+    die "train: $TRAIN_TOOL failed: $(grep -E 'error|Error' "$out/train.log" | tail -1) (log: $out/train.log)"
+  fi
   [ -f "$out/checkpoint_best.pt" ] || die "train: no checkpoint_best.pt in $out (see $out/train.log)"
   date -u +%Y-%m-%dT%H:%M:%SZ > "$out/.done"
   log "train: done -> $out"
@@ -108,27 +117,33 @@ train_stage() {
 
 generate_stage() {
   local out=$WORK/generate
-  stage_needed generate "$out" || return 0
+  stage_needed generate "$out" "$WORK/checkpoints" "the train stage" || return 0
   local tmp; tmp=$(stage_begin "$out")
   log "generate: beam $BEAM on the $(wc -l < "$DATA/test.en") test sentences"
   local start=$SECONDS
   fairseq-generate "$WORK/bin" --user-dir "$USER_DIR" \
     --path "$WORK/checkpoints/checkpoint_best.pt" --gen-subset test \
     --beam "$BEAM" --batch-size 64 --required-batch-size-multiple 1 \
-    --remove-bpe sentencepiece --num-workers 0 > "$tmp/test.out" 2> "$tmp/generate.log"
+    --remove-bpe sentencepiece --num-workers 0 > "$tmp/test.out" 2> "$tmp/generate.log" \
+    || die "generate: fairseq-generate failed: $(grep -E 'error|Error' "$tmp/generate.log" | tail -1) (log: $tmp/generate.log)"
   echo $((SECONDS - start)) > "$tmp/seconds"
+  echo "$BEAM" > "$tmp/beam"
   grep -E "Translated|BLEU" "$tmp/generate.log" "$tmp/test.out" | sed 's/^/  /' >&2 || true
   stage_commit generate "$out"
 }
 
 score_stage() {
+  require_done score "$WORK/generate" "the generate stage"
   log "score: sacreBLEU and chrF of detokenized output against the raw references"
+  # what the finished stages ran with (a stage skipped as done kept its own settings)
+  local vocab=$SPM_VOCAB beam=$BEAM
+  [ -f "$WORK/spm/spm.vocab" ] && vocab=$(wc -l < "$WORK/spm/spm.vocab")
+  [ -f "$WORK/generate/beam" ] && beam=$(cat "$WORK/generate/beam")
   python "$ROOT/recipes/lib/score.py" --generate-output "$WORK/generate/test.out" \
     --reference "$DATA/test.de" --source "$DATA/test.en" --show 5 --json "$RESULTS/bleu.json" \
-    --extra "{\"model\": \"hybrid_lstm\", \"spm_vocab\": $SPM_VOCAB, \"train_minutes\": $TRAIN_MINUTES, \"beam\": $BEAM, \"generate_seconds\": $(cat "$WORK/generate/seconds")}"
+    --extra "{\"model\": \"hybrid_lstm\", \"spm_vocab\": $vocab, \"train_minutes\": $TRAIN_MINUTES, \"beam\": $beam, \"generate_seconds\": $(cat "$WORK/generate/seconds")}"
 }
 
-mkdir -p "$WORK"
 case "$STAGE" in
   spm) spm_stage ;;
   binarize) binarize_stage ;;
