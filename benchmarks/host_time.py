@@ -114,6 +114,8 @@ def measure_host_times(device: str = "cpu", devices: int = 4, chunks: int = 8, s
         round_trip = round_trip_cpu_seconds(engine.workers)
         recorder = RecordingWorkers(engine.workers)
         per_step: List[float] = []
+        by_kind: Dict[str, List[float]] = {kind: [] for kind in (*KINDS, "other")}
+        calls = 0
         for step in range(steps + 1):  # the first: warm-up
             recorder.records.clear()
             recorder.calls = 0
@@ -125,9 +127,7 @@ def measure_host_times(device: str = "cpu", devices: int = 4, chunks: int = 8, s
                 torch.cuda.synchronize(dev)
             if step > 0:
                 per_step.append(time.process_time() - start)
-                if step == 1:
-                    by_kind: Dict[str, List[float]] = {kind: [] for kind in (*KINDS, "other")}
-                    calls = recorder.calls
+                calls = recorder.calls  # the same every step
                 for description, seconds in recorder.records:
                     by_kind[task_kind(description)].append(seconds)
             progress(f"host time: step {step}/{steps}")

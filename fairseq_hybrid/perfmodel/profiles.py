@@ -106,7 +106,7 @@ class DeviceProfile:
             f"  matrix products {rate(self.gemm_flops, 'FLOP/s')} (the LSTM's input projection "
             f"too), memory {rate(self.memory_bytes_per_s, 'B/s')}, {8 * self.activation_bytes}-bit",
             f"  LSTM recurrent part, training (fwd+bwd): {curves}",
-            f"    curve: {self.lstm[0].training.basis}",
+            f"    curve: {self.lstm_curves(1024).training.basis}",
             f"  link {rate(self.link.bandwidth_bytes_per_s, 'B/s') if self.link.bandwidth_bytes_per_s else 'free'}"
             f" + {self.link.latency_s * 1e6:.0f} us per copy; {self.cell_overhead_s * 1e6:.0f} us "
             f"per pipeline cell, {self.kernel_overhead_s * 1e6:.1f} us per small kernel",
