@@ -31,9 +31,10 @@ import torch
 from fairseq_hybrid.perfmodel import (
     PRESETS, BatchSize, Link, ModelSize, measure_concurrency, predict_speedups,
 )
-from fairseq_hybrid.perfmodel.profiles import PROFILES
+from fairseq_hybrid.perfmodel.profiles import GPU_HOST, PROFILES
 from fairseq_hybrid.perfmodel.measure import median
 
+from .host_time import measure_host_times
 from .jsonio import write_json_atomic
 from .models import build_model, measure_stage_times, synthetic_sample
 from .pipeline_profile import (
@@ -248,7 +249,8 @@ def run(
 
 def pipeline_model_check(device: str, quick: bool) -> Tuple[str, Dict[str, Any]]:
     """``make gpu-check``'s check of the model: predictions from stage times measured on
-    ``device`` and, on a GPU, the closest profile's error there."""
+    ``device``, the host's issue time per task there (``host_time``) and, on a GPU, the
+    closest profile's error there."""
     if device.startswith("cuda"):
         report = run("wmt", quick=quick, devices=4, chunks=[1, 2, 4, 8, 16],
                                     device=device, sentences=128)
@@ -263,6 +265,12 @@ def pipeline_model_check(device: str, quick: bool) -> Tuple[str, Dict[str, Any]]
             "measured_on": report["measured_on"], "batch": report["batch"]}
     detail = (f"predicted {best['speedup']:.2f}x on {devices} devices at K={best['chunks']} "
               f"({schedule} schedule, stage times measured on {device})")
+    # the host's issue time per task (the GPU profiles assume it: ``profiles.GPU_HOST``)
+    host = measure_host_times(device, devices=2, chunks=4, steps=5 if quick else 20)
+    data["host_times"] = host
+    detail += (f"; host per cell {host['seconds']['cell_forward'] * 1e6:.0f}/"
+               f"{host['seconds']['cell_backward'] * 1e6:.0f} us fwd/bwd (profiles assume "
+               f"{GPU_HOST.cell_forward * 1e6:.0f}/{GPU_HOST.cell_backward * 1e6:.0f})")
     if device.startswith("cuda"):  # the GPU profile's error on the GPU at hand
         profile_check = check_report("wmt", repeats=1 if quick else 3, device=device, sentences=128)
         print(format_check(profile_check), flush=True)

@@ -5,12 +5,13 @@ FLOPs and bytes at a named profile's rates
 the head's traffic as the code moves it (``perfmodel/traffic.py``, the engine's ledger),
 and beside today's hybrid schedule, fairseq's data parallelism (DDP) of the same model at
 the same global batch and at N x the batch. Every assumption is printed with the numbers,
-with the range the least certain ones span and a 25 GB/s (PCIe-class) link row."""
+with the range the least certain ones span, a 25 GB/s (PCIe-class) link row, and the hybrid
+without the host bound (what removing the one process's serialised issue time would give)."""
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
@@ -22,6 +23,7 @@ from fairseq_hybrid.perfmodel.profiles import LINKS, PROFILES, DeviceProfile, se
 from fairseq_hybrid.perfmodel.rates import measure_profile
 from fairseq_hybrid.perfmodel.simulate import predict_step
 from fairseq_hybrid.perfmodel.sizes import PRESETS, BatchSize, Link, ModelSize
+from fairseq_hybrid.perfmodel.stage_times import HostTimes
 
 from .models import measure_stage_times
 
@@ -74,6 +76,11 @@ def profile_report(profile_name: str, preset: str, device_counts: Sequence[int],
             "rows": rows_json(rows),
             "fastest_same_batch": {n: fastest(rows, n) for n in device_counts if n > 1},
         }
+    unbound = replace(profile, host=HostTimes(0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
+    report["without_host_bound"] = {
+        label: rows_json({"hybrid": compare_profile(unbound, model, batch, device_counts,
+                                                    chunk_counts, each)["hybrid"]})["hybrid"]
+        for label, each in links.items()}
     largest = max(device_counts)
     for label, variant in {"as profiled": profile, **sensitivity_variants(profile)}.items():
         rows = compare_profile(variant, model, batch, [largest], chunk_counts)
@@ -157,6 +164,12 @@ def format_profile_report(report: Dict[str, Any]) -> str:
         verdict = {n: name for n, name in entry["fastest_same_batch"].items()}
         lines.append("  fastest at the same batch: " + ", ".join(
             f"{n} dev: {'hybrid' if v == 'hybrid' else 'DDP'}" for n, v in verdict.items()))
+    if report.get("without_host_bound"):
+        lines += ["", "without the host bound (the cells as CUDA graphs, or a process per "
+                  "device): hybrid"]
+        for label, rows in report["without_host_bound"].items():
+            lines.append(f"  link {label}: " + ", ".join(
+                f"{row['devices']} dev {row['speedup']:.2f}x K{row['chunks']}" for row in rows))
     if report.get("sensitivity"):
         lines.append("")
         lines.append("sensitivity (largest N, profile's link):")

@@ -41,6 +41,8 @@ def test_gpu_check_without_cuda_runs_every_check_on_cpu_devices(tmp_path):
     assert checks["train-fp32"]["data"]["cpu_hypotheses"] == 40
     rows = checks["speed"]["data"]["rows"]
     assert rows["hybrid"]["target_tokens_per_s"] > 0 and 0 < rows["hybrid"]["mfu"] < 1
+    host = checks["pipeline-model"]["data"]["host_times"]  # 4+4 layers, 4 chunks: 32 cells
+    assert host["tasks_per_step"]["cell_forward"] == 32 and host["seconds"]["cell_forward"] > 0
 
 
 def test_the_equivalence_check_fails_when_the_engine_loses_sentences(monkeypatch):

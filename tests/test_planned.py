@@ -14,9 +14,11 @@ from fairseq_hybrid.perfmodel.profiles import PROFILES
 from fairseq_hybrid.perfmodel.simulate import (collective_seconds, head_slice_seconds, pipeline_makespans,
                                                predict_step, step_shapes)
 from fairseq_hybrid.perfmodel.sizes import BatchSize, Link, ModelSize, layer_map
+from fairseq_hybrid.perfmodel.stage_times import HostTimes
 from fairseq_hybrid.perfmodel.traffic import today
 
-PROFILE = PROFILES["h100-sxm"]
+# the devices' side of each step; the host's pace is tests/test_host_bound.py's
+PROFILE = dataclasses.replace(PROFILES["h100-sxm"], host=HostTimes(0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
 MODEL = ModelSize(4, 256, 256, 4000)
 BATCH = BatchSize(24, 12, 14)
 LINK = Link(50e9, 10e-6)
@@ -122,6 +124,12 @@ def test_the_optimizer_share_by_hand(stage):
     spread = 2 * LINK.cost(master / 2)
     parts = predict_planned_step(stage, 2, 1, LINK, ["balanced_optimizer"])
     assert parts["optimizer_transfers"] == pytest.approx(spread)
+    # with the replicas the head's gradients are on both devices already (all-reduced):
+    # only the rest of device 0's parameters are scattered; every value is gathered back
+    parts = predict_planned_step(stage, 2, 1, LINK, ["replicas", "balanced_optimizer"])
+    assert parts["optimizer_transfers"] == pytest.approx(
+        LINK.cost((master - head) / 2) + LINK.cost(master / 2))
+    assert spread - parts["optimizer_transfers"] == pytest.approx(head / 2 / LINK.bandwidth_bytes_per_s)
 
 
 def test_today_in_the_ladder_is_the_comparison_s_hybrid_row():

@@ -5,6 +5,9 @@
 - ``stage_times``: what the measurement yields and the simulator reads.
 - ``simulate``: the clock-cycle schedule the code issues, simulated for N devices and K
   chunks (barrier per cycle on CPU devices, dataflow on GPUs); step and speedup predictions.
+- GPUs without one: ``profiles`` (rates, the LSTM's curves from ``lstm_published``, the
+  host's time per task), ``analytic`` (stage times from FLOPs and bytes), ``host_bound``
+  (the one Python process's pace), ``compare`` (against DDP), ``planned`` (steps not built).
 
 The wavefront's dependencies come from ``parallel.pipeline`` (``input_cell``/``state_cell``),
 the same rule the pipeline runs. ``benchmarks/pipeline_model.py`` validates the model

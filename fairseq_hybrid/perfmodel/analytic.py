@@ -3,6 +3,9 @@ for a model and batch, in the ``StageTimes`` form the simulator reads — so sev
 can be predicted without one. Every term is a count of this code's work (FLOPs of its
 matrix products at the profile's rates, bytes of its elementwise passes at the profile's
 memory bandwidth, launches at its overheads); the counts are in the functions below.
+An LSTM cell: its recurrent part (with the gates' elementwise work) on the profile's
+curves fitted to published cuDNN timings, which leave the input projection out; that is
+charged as one matrix product (``lstm_cell_seconds``).
 
 The loss's passes over the logits (``model/loss.py: ProjectedSmoothedCrossEntropy``,
 16-bit training): the projection writes them (2 bytes), ``log_softmax`` reads them and
@@ -21,10 +24,13 @@ from .profiles import DeviceProfile
 from .sizes import BatchSize, ModelSize
 from .stage_times import CellTimes, StageTimes
 
-GATE_ELEMENTS_FORWARD = 12  # per hidden unit per step: 4 gates in, 4 out, c, tanh c, h (r/w)
 LOGIT_BYTES_16BIT = (12, 30)  # forward, backward bytes per logit (see the module docstring)
 LOGIT_BYTES_32BIT = (16, 24)
 HEAD_KERNELS = (30, 60)  # forward, backward launches of one head shard
+# per hidden unit per token: the recurrent kernels read the input projection's 4 gate
+# pre-activations where the published calls (cuDNN's skip-input mode) read one input
+# (forward), and write the 4 pre-activations' gradients where they wrote one (backward)
+PRE_ACTIVATION_EXTRA_ELEMENTS = 3
 
 
 def lstm_flops_per_token(inputs: int, hidden: int) -> int:
@@ -32,15 +38,35 @@ def lstm_flops_per_token(inputs: int, hidden: int) -> int:
     return 2 * 4 * hidden * (inputs + hidden)
 
 
+def recurrent_seconds(profile: DeviceProfile, steps: int, sentences: int,
+                      hidden: int) -> Tuple[float, float]:
+    """Forward and backward seconds of the recurrent part of one call (W_h h, step after
+    step, and the gates' elementwise work: what the published timings cover) from the
+    profile's curves at ``hidden``'s nearest published size: forward at the forward
+    curve's rate, backward the training curve's time (3x the FLOPs) less forward's."""
+    if sentences <= 0 or steps <= 0:
+        return 0.0, 0.0
+    curves = profile.lstm_curves(hidden)
+    flops = lstm_flops_per_token(0, hidden) * steps * sentences
+    forward = flops / curves.forward.rate(sentences)
+    return forward, 3 * flops / curves.training.rate(sentences) - forward
+
+
 def lstm_cell_seconds(profile: DeviceProfile, steps: int, sentences: int, inputs: int,
                       hidden: int) -> Tuple[float, float]:
     """Forward and backward seconds of one pipeline cell: ``steps`` time steps of one
-    layer over ``sentences`` sentences (backward: twice the products, dX and dW)."""
-    flops = lstm_flops_per_token(inputs, hidden) * steps * sentences
-    gates = GATE_ELEMENTS_FORWARD * hidden * steps * sentences * profile.activation_bytes
-    compute = flops / profile.lstm_rate(sentences)
-    forward = profile.cell_overhead_s + compute + gates / profile.memory_bytes_per_s
-    backward = profile.cell_overhead_s + 2 * compute + 2 * gates / profile.memory_bytes_per_s
+    layer over ``sentences`` sentences. The recurrent part from the published curves
+    (``recurrent_seconds``); what the published calls leave out, charged here: the input
+    projection (W_i x for every step: one matrix product, at the matrix-product rate;
+    backward twice, dX and dW), the gate pre-activations' extra passes
+    (``PRE_ACTIVATION_EXTRA_ELEMENTS``) and the cell's own overhead."""
+    recurrent_forward, recurrent_backward = recurrent_seconds(profile, steps, sentences, hidden)
+    tokens = steps * sentences
+    projection = 2 * 4 * hidden * inputs * tokens / profile.gemm_flops
+    extra = (PRE_ACTIVATION_EXTRA_ELEMENTS * hidden * tokens * profile.activation_bytes
+             / profile.memory_bytes_per_s)
+    forward = profile.cell_overhead_s + recurrent_forward + projection + extra
+    backward = profile.cell_overhead_s + recurrent_backward + 2 * projection + extra
     return forward, backward
 
 
@@ -155,5 +181,5 @@ def stage_times_from_profile(
         rest=rest, cycle_overhead={n: 0.0 for n in device_counts}, device=profile.name,
         param_bytes_master=counts.master * act,
         param_bytes_layer=tuple(n * act for n in counts.layers),
-        activation_bytes=act,
+        activation_bytes=act, host=profile.host,
     )

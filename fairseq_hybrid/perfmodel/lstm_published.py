@@ -4,7 +4,8 @@ them: the evidence behind a profile's LSTM rate at a batch size.
 What this module owns: the transcribed measurements (``V100_TIMINGS``), the fit of
 ``rate(B) = peak * B / (B + b_half)`` to one GPU's points (``fit_saturating``), and the
 rule that carries the V100 curve's shape to GPUs without published points
-(``carry_over``, ``lstm_curves``). ``profiles.py`` does not read it yet.
+(``carry_over``, ``lstm_curves``). ``profiles.py`` builds every GPU profile's LSTM rate
+from these curves (``analytic.recurrent_seconds`` charges them).
 
 Source (the only published cuDNN LSTM batch-size sweep found for a profile's GPU):
   Baidu DeepBench, https://github.com/baidu-research/DeepBench, commit
@@ -68,6 +69,7 @@ from dataclasses import dataclass
 from typing import Dict, Sequence, Tuple
 
 PHASES = ("forward", "training")
+PUBLISHED_HIDDEN = (512, 1024, 2048)  # the hidden sizes of the published rows
 
 DEEPBENCH_COMMIT = "da81ba7820739e2e506dc27f382d15be5479f98f"
 DEEPBENCH_V100 = "results/train/DeepBench_NV_V100.xlsx"

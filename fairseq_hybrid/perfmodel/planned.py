@@ -12,8 +12,10 @@ Steps (each on top of today's schedule; any subset):
   to the step. Every device then applies the head's optimizer step.
 - ``balanced_optimizer``: the optimizer step of the parameters every plan keeps on device 0
   (embeddings, bridges, head) is split evenly over the devices (its gradients scattered
-  from device 0 and the updated values gathered back, both charged, after backward); each
-  device steps its own layers too, so the busiest device's share sets the time.
+  from where they were summed — with ``replicas`` the head's are already on every device
+  and only the rest is scattered — and the updated values gathered back, both charged,
+  after backward); each device steps its own layers too, so the busiest device's share
+  sets the time.
 - ``overlapped_collectives`` (instead of ``replicas``): today's two collectives — the
   replicas' parameters broadcast at the start of the step, their gradients reduced onto the
   master head — issued on a side stream of each GPU: the broadcast runs while the
@@ -31,7 +33,10 @@ Steps (each on top of today's schedule; any subset):
   from the stage times at two shard sizes).
 
 Everything else — the wavefront's own traffic, H and S slices straight from the top
-layers' device, targets and masks from device 0 — is charged as today.
+layers' device, targets and masks from device 0 — is charged as today, and so is the
+host's pace (``host_bound``) for the tasks each step issues: the collectives it keeps,
+adds or drops, and with the head inside the wavefront a head task per target chunk and
+shard.
 """
 from __future__ import annotations
 
@@ -41,6 +46,7 @@ from typing import Dict, List, Mapping, Sequence, Tuple
 from ..parallel.pipeline import DECODER, ENCODER, Key, chunk_bounds, clock_cycles
 from ..parallel.placement import shard_bounds
 from .compare import BUCKET_BYTES, allreduce_seconds
+from .host_bound import host_phases, host_wait
 from .simulate import _cell_transfer, _dependencies, collective_seconds, head_slice_seconds, predict_step
 from .sizes import Link, layer_map
 from .stage_times import StageTimes
@@ -187,6 +193,7 @@ def predict_planned_step(stage: StageTimes, devices: int, chunks: int, link: Lin
     parts.pop("total")
     if devices == 1:
         return {**parts, "total": sum(parts.values())}
+    parts.pop("host_wait", None)  # charged again below, for the tasks these steps issue
     mapping = layer_map(devices, stage.model.layers)
     behind = parts["pipeline_backward"]  # backward left once the head's gradients are ready
     if "head_in_wavefront" in steps:
@@ -207,9 +214,17 @@ def predict_planned_step(stage: StageTimes, devices: int, chunks: int, link: Lin
         parts["head_broadcast"] = max(0.0, collective - hidden_by)
         parts["head_reduction"] = max(0.0, collective - behind)
     if "balanced_optimizer" in steps:
-        spread = stage.param_bytes_master * (devices - 1) / devices
-        parts["optimizer_transfers"] = 2 * link.cost(spread)
+        share = (devices - 1) / devices
+        # the gradients scattered from where they were summed: with the replicas the
+        # head's are already on every device (all-reduced), only the rest is scattered
+        scattered = stage.param_bytes_master - (stage.head_param_bytes if "replicas" in steps else 0)
+        # the updated values gathered back: to device 0 (and with the replicas the head's
+        # shards to every replica, an all-gather: the same bytes on each link)
+        parts["optimizer_transfers"] = (link.cost(scattered * share)
+                                        + link.cost(stage.param_bytes_master * share))
     parts["rest"] = stage.rest * _shares(stage, mapping, devices, steps)
+    if stage.host is not None:
+        parts["host_wait"] = host_wait(parts, host_phases(stage, devices, chunks, steps))
     return {**parts, "total": sum(parts.values())}
 
 

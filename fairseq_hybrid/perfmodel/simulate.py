@@ -19,9 +19,12 @@ and the step and speedup predictions built on it.
   another; the replicas' parameters in one broadcast and their gradients in one reduction,
   NCCL collectives along a ring: ``head_traffic_seconds``).
   The optimizer step ("rest") scales with the largest share of the parameters on one device
-  (the embeddings on device 0, the master head with the top layers).
+  (the embeddings on device 0, the master head with the top layers). Where the stage
+  times carry the host's issue times (a GPU profile's), the step is paced by the one
+  Python process that issues every device's work (``host_bound``: the part "host_wait").
 
     step(N, K) = embeddings fwd+bwd + pipeline fwd + head phase + pipeline bwd + rest
+                 (+ host_wait on GPUs)
     speedup(N, K) = step(1, 1) / step(N, K)
 """
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..parallel.pipeline import Key, ScheduleCell, clock_cycles, input_cell, state_cell
 from ..parallel.placement import shard_bounds
+from .host_bound import host_phases, host_wait
 from .sizes import Link, layer_map
 from .stage_times import CellTimes, StageTimes
 from .traffic import StepShapes, today
@@ -220,6 +224,8 @@ def predict_step(
         "head_transfers": head_comm,
         "rest": rest,
     }
+    if schedule == "dataflow" and stage.host is not None:  # GPUs: the one process's pace
+        parts["host_wait"] = host_wait(parts, host_phases(stage, devices, chunks))
     parts["total"] = sum(parts.values())
     return parts
 

@@ -1,13 +1,31 @@
 """What one device's measurement yields and the simulator reads: per-cell forward and
-backward times for each chunk count (``CellTimes``) and every other stage of the step
-(``StageTimes``)."""
+backward times for each chunk count (``CellTimes``), every other stage of the step
+(``StageTimes``), and the host's time to issue each task (``HostTimes``: a profile's, or
+none where the times were measured)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Dict, Sequence, Tuple
+from dataclasses import astuple, dataclass
+from typing import Dict, Optional, Sequence, Tuple
 
 from ..parallel.pipeline import Key
 from .sizes import BatchSize, ModelSize
+
+
+@dataclass(frozen=True)
+class HostTimes:
+    """Seconds of the one Python process's own time to issue each task of a step (the
+    interpreter lock serialises them across the device workers): a pipeline cell's
+    forward and backward task, a head shard's, one ``run_all`` round trip (a clock cycle's
+    barrier), one collective (broadcast, reduction, all-reduce, scatter, gather)."""
+    cell_forward: float
+    cell_backward: float
+    shard_forward: float
+    shard_backward: float
+    round_trip: float
+    collective: float
+
+    def scaled(self, factor: float) -> "HostTimes":
+        return HostTimes(*(factor * value for value in astuple(self)))
 
 
 @dataclass
@@ -49,6 +67,7 @@ class StageTimes:
     param_bytes_layer: Tuple[int, ...] = ()
     peak_bytes: int = 0  # the device's peak memory during the measurement (CUDA; 0 elsewhere)
     activation_bytes: int = 4  # element size of activations and gradients (float32 here)
+    host: Optional[HostTimes] = None  # the host's issue times (None: no host bound charged)
 
     def rest_share(self, layer_device: Sequence[int]) -> float:
         """The largest fraction of the parameters any one device holds (1 without counts):

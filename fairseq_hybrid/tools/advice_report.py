@@ -66,7 +66,6 @@ def recommendation_rows(
                         f"{replicas.backward_s:.3f} s; "
                         + ("it hides at every count tried " if at_limit else
                            f"one more replica: {replicas.next_allreduce_s:.3f} s ")
-                        +
                         + ("(tok/s: all-reduce during backward, as torch DDP runs it with one device "
                            "per process)" if replicas.overlapped else
                            "(tok/s: all-reduce after backward, as legacy_ddp runs it with several "
