@@ -56,6 +56,7 @@ def head_step_peak(vocab: int, tokens: int, dim: int, chunk_tokens: int, device:
                    source_length: int = 25) -> Dict[str, float]:
     """Forward + backward of the head over ``tokens`` target tokens; peak bytes above the
     memory in use before the step."""
+    from fairseq_hybrid.model import logits_workspace
     from fairseq_hybrid.model.head import AttentionHead
     from fairseq_hybrid.model.loss import TokenLoss
 
@@ -76,6 +77,7 @@ def head_step_peak(vocab: int, tokens: int, dim: int, chunk_tokens: int, device:
     few = max(1, min(sentences, 1024 // target_length))
     part = {k: v[:few] for k, v in encoder_out.items()}
     loss_fn(head, features[:few], part, target[:few]).loss.backward()
+    logits_workspace.release()  # the step's own logits buffer is part of its peak
     head.zero_grad(set_to_none=True)
     features.grad = sources.grad = None
     if dev.type == "cuda":

@@ -73,3 +73,8 @@ def linear_into_buffer(features: Tensor, weight: Tensor, bias: Optional[Tensor])
     else:
         torch.addmm(bias, features, weight.t(), out=out)
     return out, lease
+
+
+def release() -> None:
+    """Free this thread's buffer (a lent one stays alive with its borrower until then)."""
+    _BUFFERS.storage = None
