@@ -5,7 +5,7 @@
   line instead of an unpickling traceback. The files loaded are remembered (``LOADED``), so
   a beam search that fails on non-finite scores can say that its ``--path`` is the
   ``crash.pt`` of a training stopped by a NaN/inf loss (``non_finite_scores``; the
-  training's own line: ``non_finite_training``).
+  training's own line: ``stops.non_finite_training``).
 - ``safe_saves``: fairseq writes ``checkpoint_<epoch>_<updates>.pt`` to ``NAME.tmp`` and
   renames it, but makes ``checkpoint_last.pt``/``checkpoint_best.pt`` with
   ``shutil.copyfile`` (a kill during the copy leaves a truncated file), and a failed write
@@ -18,8 +18,9 @@
   checkpoint needs and those free. The previous ``checkpoint_last.pt`` is never touched
   until its replacement is whole.
 - ``checked_save_dir``: before training (fairseq's ``verify_checkpoint_directory``) the
-  save directory must be writable (one line, not a traceback), and the temporary files a
-  killed save left there are removed.
+  save directory must be writable (one line, not a traceback) and free: the training takes
+  its lock (``save_dir_lock``: a second training on the directory is refused in one line);
+  then the temporary files a killed save left there are removed.
 - ``checked_resume``: a ``--restore-file`` that does not exist or is a directory is one
   line (fairseq trained from scratch without a word); a rerun of a training that already
   reached ``--max-update``/``--max-epoch`` or spent ``--stop-time-hours`` says so in one
@@ -45,6 +46,7 @@ import torch
 from fairseq import checkpoint_utils, file_io
 
 from ..errors import HybridConfigError
+from . import save_dir_lock
 from .patience import patience_of, patience_state, restore_patience, saving_patience
 
 logger = logging.getLogger(__name__)
@@ -95,37 +97,6 @@ def crash_dump_update(path: str, state: dict) -> Optional[int]:
         return None
     history = state.get("optimizer_history") or [{}]
     return int(history[-1].get("num_updates", 0)) + 1
-
-
-def saved_updates(path: str) -> Optional[int]:
-    """The updates a checkpoint file holds (its pickled part only: tensors are mapped)."""
-    try:
-        state = torch.load(path, map_location="cpu", mmap=True)
-        return int(state["optimizer_history"][-1]["num_updates"])
-    except Exception:  # noqa: BLE001 - only for the message
-        return None
-
-
-def non_finite_training(trainer: Any, error: BaseException, started: float) -> str:
-    """The line for a training that fairseq stopped with a ``FloatingPointError``."""
-    save_dir = trainer.cfg.checkpoint.save_dir
-    crash, last = os.path.join(save_dir, "crash.pt"), os.path.join(save_dir, "checkpoint_last.pt")
-    if os.path.isfile(crash) and os.path.getmtime(crash) >= started - 2:
-        saved = (f"fairseq saved the state before it as {crash} (a dump for debugging: do not "
-                 "translate with it)")
-    else:
-        saved = "no crash.pt was written"
-    if os.path.isfile(last):
-        updates = saved_updates(last)
-        saved += f"; {last}{f' (update {updates})' if updates is not None else ''} is unchanged"
-    else:
-        saved += "; no checkpoint_last.pt had been written yet"
-    hint = ""
-    if "Nan/Inf" in str(error) or "loss scale" in str(error):
-        hint = f". Lower --lr (it is {trainer.get_lr():g}) or clip the gradients (--clip-norm)"
-    return (f"training stopped at update {trainer.get_num_updates() + 1}: the loss or its "
-            f"gradients became NaN or inf ({type(error).__name__}: {str(error).strip()[:120]}), "
-            f"so that update was not applied; {saved}{hint}")
 
 
 def non_finite_scores(ids: list) -> str:
@@ -214,7 +185,9 @@ def atomic_save(obj: Any, filename: str, async_write: bool = False) -> None:
 
 def atomic_copyfile(src_path: str, dst_path: str) -> str:
     """``dst_path`` becomes ``src_path``'s content at once: a hard link (or, where links
-    are not possible, a copy) under a temporary name, renamed into place."""
+    are not possible, a copy) under a temporary name, renamed into place. When ``dst_path``
+    already is a link to ``src_path``'s file, rename(2) does nothing and succeeds (POSIX),
+    leaving the temporary link: ``dst_path`` holds the content already, the link goes."""
     try:
         tmp_path = _temporary(dst_path)
     except OSError as error:
@@ -227,6 +200,8 @@ def atomic_copyfile(src_path: str, dst_path: str) -> str:
             shutil.copyfile(src_path, tmp_path)
             ordinary_mode(tmp_path)
         os.replace(tmp_path, dst_path)
+        if os.path.lexists(tmp_path):  # the same file under both names: nothing was renamed
+            os.remove(tmp_path)
     except OSError as error:
         _remove(tmp_path)
         raise save_failed(error, dst_path, os.path.getsize(src_path)) from None
@@ -313,6 +288,9 @@ def checked_save_dir() -> None:
     @functools.wraps(original)
     def verify_checkpoint_directory(save_dir: str) -> None:
         check_save_dir(save_dir)
+        if not save_dir_lock.saves_checkpoints(sys._getframe(1)):
+            return  # --no-save: writes nothing there (and may run beside a training)
+        save_dir_lock.hold(save_dir)  # before anything in the directory changes
         removed = remove_leftovers(save_dir)
         if removed:
             logger.warning(f"removed {len(removed)} temporary file(s) of an interrupted save "

@@ -47,13 +47,15 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
   model (``checks.check_generation_options``).
 - ``one_line_non_finite``: a training stopped by a NaN/inf loss, and a beam search whose
   scores are all NaN/-inf, end with one line (what happened, at which update, what was
-  saved) instead of fairseq's traceback.
+  saved) instead of fairseq's traceback; a training whose loss grew by orders of magnitude
+  stops with such a line too (``plugin/stops.py``).
 - ``clipping.clipping_across_devices`` (``plugin/clipping.py``): ``--clip-norm`` when a
   model's gradients are on several devices scales each device's gradients with the
   coefficient on that device (fairseq's one ``_foreach_mul_`` with a coefficient on one GPU
   fails there); single-device models keep fairseq's own function.
 - ``one_line_errors``: ``HybridConfigError`` (an ordinary exception a Python caller can
-  catch) reaches the command line as its one line and exit status 1.
+  catch) reaches the command line as its one line and exit status 1; Ctrl-C during a
+  training ends with one line saying the update reached and how to resume.
 """
 from __future__ import annotations
 
@@ -76,7 +78,7 @@ from fairseq.distributed import utils as distributed_utils
 from fairseq.tasks import FairseqTask
 from fairseq.trainer import Trainer
 
-from . import checkpoints, checks, clipping
+from . import checkpoints, checks, clipping, stops
 from ..errors import HybridConfigError, hybrid_error_in
 
 
@@ -169,15 +171,36 @@ def keep_last_batch() -> None:
 
 
 # ------------------------------------------------------------------ one line, not a traceback
+INTERRUPTED = "_hybrid_interrupted"  # the line of a KeyboardInterrupt that stopped a training
+
+
+def error_of_a_rank(raised: BaseException) -> Optional[HybridConfigError]:
+    """The one line of a process fairseq spawned (one per GPU): torch's spawn re-raises
+    its failure in the parent as ``ProcessRaisedException`` with the child's traceback as
+    text, whose last line is the ``HybridConfigError`` raised there."""
+    if not isinstance(raised, torch.multiprocessing.ProcessRaisedException):
+        return None
+    found = re.findall(r"fairseq_hybrid: error: [^\n]*", str(raised))
+    return HybridConfigError(found[-1][len("fairseq_hybrid: error: "):]) if found else None
+
+
 def one_line_errors() -> None:
     """``HybridConfigError`` is an ordinary exception; fairseq's command-line tools print it
     as its one line and exit with status 1: ``distributed_utils.call_main`` (train,
-    hydra-train, interactive, validate) turns it into ``SystemExit``, and the excepthook
-    does the same for the rest (parse time, fairseq-generate)."""
+    hydra-train, interactive, validate) turns it into ``SystemExit`` (also when a process
+    fairseq spawned raised it), and the excepthook does the same for the rest (parse time,
+    fairseq-generate). Ctrl-C during a training (``fairseq_cli.train.main``, also under
+    fairseq-hydra-train) prints ``stops.interrupted``'s line instead of the traceback; the
+    process still ends by SIGINT."""
 
     hook = sys.excepthook
     if not getattr(hook, "_hybrid_one_line", False):
         def excepthook(kind: Any, value: BaseException, traceback: Any) -> None:
+            line = getattr(value, INTERRUPTED, None)  # Ctrl-C during a training
+            if line is not None:
+                if line:
+                    sys.stderr.write(f"{line}\n")
+                return None
             error = hybrid_error_in(value)
             if error is None:
                 return hook(kind, value, traceback)
@@ -193,8 +216,15 @@ def one_line_errors() -> None:
     def call_main(cfg: Any, main: Callable, **kwargs: Any) -> Any:
         try:
             return original(cfg, main, **kwargs)
+        except KeyboardInterrupt:
+            if getattr(main, "__module__", None) != "fairseq_cli.train":
+                raise
+            # a plain KeyboardInterrupt, so that Python still ends the process by SIGINT
+            stopped = KeyboardInterrupt()
+            setattr(stopped, INTERRUPTED, stops.interrupted(cfg))
+            raise stopped from None
         except Exception as raised:
-            error = hybrid_error_in(raised)
+            error = hybrid_error_in(raised) or error_of_a_rank(raised)
             if error is None:
                 raise
             raise SystemExit(str(error)) from None
@@ -318,10 +348,11 @@ def one_line_non_finite() -> None:
     """Wrap (once) ``Trainer.train_step`` and ``FairseqTask.inference_step``, for every
     model: a training that stops on fairseq's ``FloatingPointError`` (NaN/inf gradients:
     fairseq has then saved ``crash.pt`` and logged its NaN detector's findings) ends with
-    one line saying at which update and what was saved; a beam search that cannot end any
+    one line saying at which update and what was saved, and so does one whose loss grew by
+    orders of magnitude (``stops.check_loss_growth``); a beam search that cannot end any
     hypothesis because every score is NaN or -inf (fairseq's ``AssertionError: 200 <
     200``, e.g. with the weights of such a crash.pt) ends with one line naming the
-    checkpoint (``checkpoints.non_finite_training``, ``checkpoints.non_finite_scores``)."""
+    checkpoint (``stops.non_finite_training``, ``checkpoints.non_finite_scores``)."""
 
     train_step = Trainer.train_step
     if getattr(train_step, "_hybrid_one_line", False):
@@ -331,9 +362,11 @@ def one_line_non_finite() -> None:
     def checked_train_step(self: Any, samples: Any, *args: Any, **kwargs: Any) -> Any:
         started = time.time()
         try:
-            return train_step(self, samples, *args, **kwargs)
+            logging_output = train_step(self, samples, *args, **kwargs)
         except FloatingPointError as error:
-            raise NonFiniteTraining(checkpoints.non_finite_training(self, error, started)) from error
+            raise NonFiniteTraining(stops.non_finite_training(self, error, started)) from error
+        stops.check_loss_growth(self, logging_output)
+        return logging_output
 
     inference_step = FairseqTask.inference_step
 
