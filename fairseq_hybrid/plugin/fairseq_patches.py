@@ -37,6 +37,9 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
   a reused iterator's batches as at epoch 1, so resuming makes the same updates.
   ``--rebuild-batches`` and datasets whose iterator is not reused (sharded data) already
   build per epoch the same way in both runs and are left alone.
+- ``resumed_epoch.epochs_resumed_by_sentences`` (``plugin/resumed_epoch.py``): a resume
+  whose batches differ from the checkpoint's (another ``--max-tokens`` ...) goes on with the
+  sentences of the epoch not yet trained on, where fairseq skipped a count of batches.
 - ``pipeline_chunks_auto``: ``--pipeline-chunks`` is fairseq's own integer option (the
   model shares it); it also takes ``auto`` (read as 0, fairseq's default, which hybrid_lstm
   takes as "chosen by the performance model" on several devices). fairseq's
@@ -78,7 +81,7 @@ from fairseq.distributed import utils as distributed_utils
 from fairseq.tasks import FairseqTask
 from fairseq.trainer import Trainer
 
-from . import checkpoints, checks, clipping, stops
+from . import checkpoints, checks, clipping, resumed_epoch, stops
 from ..errors import HybridConfigError, hybrid_error_in
 
 
@@ -395,6 +398,7 @@ def apply() -> None:
     checkpoints.apply()
     keep_last_batch()
     same_batches_after_resume()
+    resumed_epoch.epochs_resumed_by_sentences()
     pipeline_chunks_auto()
     checked_generation_options()
     one_line_non_finite()
