@@ -21,11 +21,12 @@
   save directory must be writable (one line, not a traceback) and free: the training takes
   its lock (``save_dir_lock``: a second training on the directory is refused in one line);
   then the temporary files a killed save left there are removed.
-- ``checked_resume``: a ``--restore-file`` that does not exist or is a directory is one
-  line (fairseq trained from scratch without a word); a rerun of a training that already
-  reached ``--max-update``/``--max-epoch`` or spent ``--stop-time-hours`` says so in one
-  line and exits 0 before it changes anything (fairseq made one more update and overwrote
-  the checkpoints).
+- ``checked_resume``: a checkpoint to resume from that cannot be read is one line saying
+  to delete it or naming an older one for ``--restore-file``; a ``--restore-file`` that
+  does not exist or is a directory is one line (fairseq trained from scratch without a
+  word); a rerun of a training that already reached ``--max-update``/``--max-epoch`` or
+  spent ``--stop-time-hours`` says so in one line and exits 0 before it changes anything
+  (fairseq made one more update and overwrote the checkpoints).
 - ``patience.saving_patience`` (``plugin/patience.py``): ``--patience``'s count is kept in
   every checkpoint, so a resumed run stops where the uninterrupted one does; a rerun of a
   run that patience stopped says so here and exits like one that reached ``--max-update``.
@@ -56,6 +57,45 @@ LOADED: Dict[str, Optional[int]] = {}
 
 
 # ------------------------------------------------------------------ reading
+class UnreadableCheckpoint(HybridConfigError):
+    """A checkpoint file that cannot be read; ``message`` without the prefix."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(message)
+        self.path, self.message = path, message
+
+
+def first_sentence(text: str, limit: int = 160) -> str:
+    """The first sentence of an error's text (torch's zip errors go on about miniz and
+    what to do in Python), at most ``limit`` characters, cut between words."""
+    text = " ".join(text.split())
+    sentence = text.split(". ")[0].rstrip(".")
+    if len(sentence) <= limit:
+        return sentence
+    return sentence[:limit].rsplit(" ", 1)[0] + " ..."
+
+
+def resume_hint(path: str, restore_file: bool = False) -> str:
+    """What to do when the checkpoint a training resumes from cannot be read: delete it
+    (``--save-dir``'s checkpoint_last.pt) or give another ``--restore-file``, naming the
+    newest other checkpoint of its directory (another file, not a link of it)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    others = []
+    for other in glob.glob(os.path.join(glob.escape(directory), "checkpoint*.pt")):
+        try:
+            if not os.path.samefile(other, path):
+                others.append((os.path.getmtime(other), other))
+        except OSError:
+            continue
+    newest = max(others)[1] if others else None
+    if restore_file:
+        return "give another --restore-file" + (f", e.g. {newest}" if newest else "")
+    hint = "delete it (the training then starts over)"
+    if newest:
+        hint += f", or resume from an older checkpoint with --restore-file {newest}"
+    return hint
+
+
 def readable_checkpoints() -> None:
     """Install the wrapper (once) around fairseq's checkpoint loading."""
 
@@ -74,10 +114,9 @@ def readable_checkpoints() -> None:
         except HybridConfigError:
             raise
         except Exception as error:  # unpickling, zip, EOF, missing keys ...
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            raise HybridConfigError(
-                f"{path!r} is not a readable fairseq checkpoint (truncated, or another kind "
-                f"of file): {type(error).__name__}: {reason[:200]}"
+            raise UnreadableCheckpoint(
+                path, f"{path!r} is not a readable fairseq checkpoint (truncated, or another kind "
+                      f"of file): {type(error).__name__}: {first_sentence(str(error))}"
             ) from None
         if not isinstance(state, dict) or "model" not in state:
             raise HybridConfigError(f"{path!r} is not a fairseq checkpoint: it holds no model weights")
@@ -359,7 +398,11 @@ def checked_resume() -> None:
     @functools.wraps(original)
     def load_checkpoint(cfg: Any, trainer: Any, **passthrough: Any) -> Any:
         check_restore_file(cfg, getattr(trainer, "checkpoint_suffix", "") or "")
-        extra_state, epoch_itr = original(cfg, trainer, **passthrough)
+        try:
+            extra_state, epoch_itr = original(cfg, trainer, **passthrough)
+        except UnreadableCheckpoint as error:
+            hint = resume_hint(error.path, restore_file=restore_path(cfg) is not None)
+            raise HybridConfigError(f"{error.message}; {hint}") from None
         restore_patience(cfg, extra_state)
         line = already_done(cfg, trainer, epoch_itr) if extra_state is not None else None
         if line is not None:

@@ -47,7 +47,10 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
   ``options.add_distributed_training_args`` reaches fairseq-train's parser.
 - ``checked_generation_options``: fairseq-generate/-interactive/-validate refuse, once
   parsed, the options fairseq's beam search cannot run and a missing ``--path``, for every
-  model (``checks.check_generation_options``).
+  model (``checks.check_generation_options``); fairseq-train the numbers it cannot train
+  with (``checks.check_training_options``).
+- ``batch_limits.one_line_size_errors`` (``plugin/batch_limits.py``): a training or
+  validation split whose sentences do not fit ``--max-tokens`` or the positions is one line.
 - ``one_line_non_finite``: a training stopped by a NaN/inf loss, and a beam search whose
   scores are all NaN/-inf, end with one line (what happened, at which update, what was
   saved) instead of fairseq's traceback; a training whose loss grew by orders of magnitude
@@ -81,7 +84,7 @@ from fairseq.distributed import utils as distributed_utils
 from fairseq.tasks import FairseqTask
 from fairseq.trainer import Trainer
 
-from . import checkpoints, checks, clipping, resumed_epoch, stops
+from . import batch_limits, checkpoints, checks, clipping, resumed_epoch, stops
 from ..errors import HybridConfigError, hybrid_error_in
 
 
@@ -316,7 +319,8 @@ def pipeline_chunks_auto() -> None:
 def checked_generation_options() -> None:
     """Wrap ``fairseq.options.parse_args_and_arch`` (once): what fairseq-generate,
     -interactive and -validate parsed is checked (``checks.check_generation_options``)
-    before they write anything. fairseq's ``get_parser`` imports the ``--user-dir`` before
+    before they write anything, and so is what fairseq-train parsed
+    (``checks.check_training_options``). fairseq's ``get_parser`` imports the ``--user-dir`` before
     the tool calls ``options.parse_args_and_arch``, so the wrapper is what it calls."""
 
     original = options.parse_args_and_arch
@@ -331,6 +335,7 @@ def checked_generation_options() -> None:
         parsed = original(*args, **kwargs)
         if not given.arguments["suppress_defaults"]:  # the inner full parse checked it
             checks.check_generation_options(parsed[0] if given.arguments["parse_known"] else parsed)
+            checks.check_training_options(parsed[0] if given.arguments["parse_known"] else parsed)
         return parsed
 
     parse_args_and_arch._hybrid_checked = True
@@ -399,6 +404,7 @@ def apply() -> None:
     keep_last_batch()
     same_batches_after_resume()
     resumed_epoch.epochs_resumed_by_sentences()
+    batch_limits.one_line_size_errors()
     pipeline_chunks_auto()
     checked_generation_options()
     one_line_non_finite()

@@ -21,7 +21,9 @@ into the job after the callback), so changes made here reach fairseq.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
+from dataclasses import fields
 from argparse import Namespace
 from typing import Any, Iterator, List, Sequence
 
@@ -30,7 +32,7 @@ from fairseq.dataclass.initialize import add_defaults
 from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from .checks import run_checks
 from .config import HybridLSTMConfig, apply_preset
@@ -41,7 +43,8 @@ from .integration import adapt_fairseq_config
 
 # the groups whose options the parse-time checks read, in fairseq-train's flat namespace
 # (later groups win a shared name: the model's pipeline_chunks over fairseq's own)
-CHECKED_GROUPS = ("common", "distributed_training", "dataset", "checkpoint", "task", "criterion", "model")
+CHECKED_GROUPS = ("common", "distributed_training", "dataset", "checkpoint", "lr_scheduler",
+                  "optimization", "task", "criterion", "model")
 
 # fairseq options the adaptations leave alone when the user set them
 ADAPTED = {
@@ -121,6 +124,15 @@ def check_model_types(config: DictConfig) -> None:
     try:
         values = OmegaConf.to_container(config.model, resolve=True)
         OmegaConf.merge(OmegaConf.structured(HybridLSTMConfig), values)
+    except ConfigKeyError as error:  # a key the model does not have (+model.foo=1)
+        key = (getattr(error, "key", None) or getattr(error, "full_key", None) or "?").split(".")[-1]
+        known = [f.name for f in fields(HybridLSTMConfig) if not f.name.startswith("_")]
+        close = difflib.get_close_matches(key, known, n=1)
+        raise HybridConfigError(
+            f"model.{key} is not an option of {model_name(config)}"
+            + (f": did you mean model.{close[0]}?" if close else
+               f"; its options: {', '.join(known)}")
+        ) from None
     except OmegaConfBaseException as error:
         key = getattr(error, "full_key", None) or "model"
         value = getattr(error, "value", None)
