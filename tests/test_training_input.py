@@ -129,6 +129,8 @@ def training_namespace(**values):
     ({"lr": [0.5, -0.1]}, "--lr 0.5,-0.1 is not allowed: a number >= 0"),  # trained away from the data
     ({"warmup_updates": -5}, "--warmup-updates -5 is not allowed"),  # ZeroDivisionError
     ({"lr": [float("nan")]}, "--lr nan is not allowed"),
+    ({"momentum": -1.0}, "--momentum -1 is not allowed: a number >= 0"),  # torch's ValueError (sgd)
+    ({"max_tokens_valid": "12x"}, "--max-tokens-valid '12x' is not allowed: a number"),
     ({"max_tokens": 4000, "batch_size": None, "seed": 1, "clip_norm": 0.0}, None),
     ({"beam": 0, "max_tokens": -1}, None),  # a generation parser: not a training's options
 ])
@@ -209,3 +211,15 @@ def test_the_one_line_of_a_spawned_process_stays_one_line():
     assert str(error) == "fairseq_hybrid: error: --save-dir 'c' is in use by another training"
     assert error_of_a_rank(ProcessRaisedException("Traceback ...\nValueError: x", 0, 1)) is None
     assert error_of_a_rank(ValueError("fairseq_hybrid: error: x")) is None
+
+
+def test_more_processes_than_gpus_for_fairseq_to_start_is_one_line():
+    from fairseq_hybrid.plugin.world_size import check_world_size
+
+    with pytest.raises(HybridConfigError, match="--distributed-world-size 2 is not allowed here: fairseq "
+                                                "starts one process per GPU of this machine and it has 0; "
+                                                "start each of the 2 processes yourself"):
+        check_world_size(2, 0)  # fairseq: AssertionError: world size is 2 but have 0 available devices
+    with pytest.raises(HybridConfigError, match="it has 2; use --distributed-world-size 2 or less, or"):
+        check_world_size(4, 2)
+    check_world_size(2, 2)

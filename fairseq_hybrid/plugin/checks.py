@@ -170,6 +170,7 @@ def check_split_sizes(args: Any) -> None:
             raise HybridConfigError(line)
 
 
+FRACTIONAL = ("lr", "clip_norm", "stop_time_hours", "momentum", "weight_decay", "adam_eps")
 # fairseq-train's numbers: (attribute, option, smallest allowed value, what it is)
 AT_LEAST = (
     ("max_tokens", "--max-tokens", 1, "tokens per batch, typically thousands"),
@@ -188,6 +189,9 @@ AT_LEAST = (
     ("warmup_updates", "--warmup-updates", 0, "updates of learning-rate warm-up"),
     ("clip_norm", "--clip-norm", 0, "0 = no clipping"),
     ("lr", "--lr", 0, "the learning rate; a list for schedules that take one"),
+    ("momentum", "--momentum", 0, "0 = none"),  # torch's ValueError in the first update
+    ("weight_decay", "--weight-decay", 0, "0 = none"),
+    ("adam_eps", "--adam-eps", 0, "added to the denominator; typically 1e-8"),
 )
 
 
@@ -218,7 +222,7 @@ def check_training_options(args: Any) -> None:
         values = [number(v, option) for v in (value if isinstance(value, (list, tuple)) else [value])]
         if any(v is not None and not v >= low for v in values):
             shown = ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
-            kind = "a number" if name in ("lr", "clip_norm", "stop_time_hours") else "an integer"
+            kind = "a number" if isinstance(low, float) or name in FRACTIONAL else "an integer"
             raise HybridConfigError(f"{option} {shown} is not allowed: {kind} >= {low} ({what})")
     seed = getattr(args, "seed", None)
     if seed is not None and not 0 <= seed < 2 ** 32:
