@@ -223,3 +223,41 @@ def test_more_processes_than_gpus_for_fairseq_to_start_is_one_line():
     with pytest.raises(HybridConfigError, match="it has 2; use --distributed-world-size 2 or less, or"):
         check_world_size(4, 2)
     check_world_size(2, 2)
+
+
+# ------------------------------------------------------------------ any model's checkpoint
+def test_a_checkpoint_of_other_options_names_them_for_fairseqs_own_models():
+    from argparse import Namespace
+
+    from fairseq_hybrid.plugin import checkpoint_fit
+
+    saved = Namespace(arch="lstm", encoder_embed_dim=16, dropout=0.1, lr=[0.1], max_update=5)
+    current = Namespace(arch="lstm", encoder_embed_dim=32, dropout=0.3, lr=[0.2], max_update=9)
+    # only the model's own options, and none that changes no tensor
+    assert checkpoint_fit.differing(saved, current) == "--encoder-embed-dim 16 (this run: 32)"
+    try:
+        try:
+            raise RuntimeError("Error(s) in loading state_dict for LSTMModel:\n\tsize mismatch for "
+                               "encoder.embed_tokens.weight: copying a param with shape torch.Size([3008, 16]) "
+                               "from checkpoint, the shape in current model is torch.Size([3008, 32]).")
+        except RuntimeError:
+            raise Exception(f"{checkpoint_fit.CANNOT_LOAD} x.pt; please ensure that the architectures match.")
+    except Exception as error:  # noqa: BLE001 - fairseq's own
+        assert checkpoint_fit.first_mismatch(error) == ("its encoder.embed_tokens.weight is [3008, 16], "
+                                                        "this model's [3008, 32]")
+
+
+@pytest.mark.slow
+def test_fairseqs_lstm_resumed_with_another_size_is_one_line(sample_data, tmp_path, monkeypatch):
+    from cli import run_tool
+
+    save = tmp_path / "save"
+    lstm = ["--arch", "lstm", "--criterion", "cross_entropy", "--no-epoch-checkpoints"]
+    run_tool("fairseq-train", hybrid_args(sample_data, save, *lstm), cwd=sample_data)
+    monkeypatch.chdir(sample_data)
+    line = train_error_in_process(hybrid_args(sample_data, save, *lstm, "--encoder-embed-dim", "16"),
+                                  monkeypatch)  # was: Cannot load model parameters ... (a traceback)
+    assert line == (f"fairseq_hybrid: error: the checkpoint {save}/checkpoint_last.pt does not fit this "
+                    "run's model (its encoder.embed_tokens.weight is [3008, 8], this model's [3008, 16]): "
+                    "it was trained with --encoder-embed-dim 8 (this run: 16); give the options it was "
+                    "trained with (or another --save-dir to start a new training)")

@@ -51,7 +51,8 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
   with (``checks.check_training_options``).
 - ``batch_limits.one_line_size_errors`` (``plugin/batch_limits.py``): a training or
   validation split whose sentences do not fit ``--max-tokens`` or the positions is one line;
-  ``world_size.one_line_world_size``: more processes than GPUs for fairseq to start is too.
+  ``world_size.one_line_world_size``: more processes than GPUs for fairseq to start is too,
+  and ``checkpoint_fit.named_misfits`` a checkpoint that does not fit the resumed model.
 - ``one_line_non_finite``: a training stopped by a NaN/inf loss, and a beam search whose
   scores are all NaN/-inf, end with one line (what happened, at which update, what was
   saved) instead of fairseq's traceback; a training whose loss grew by orders of magnitude
@@ -85,7 +86,8 @@ from fairseq.distributed import utils as distributed_utils
 from fairseq.tasks import FairseqTask
 from fairseq.trainer import Trainer
 
-from . import batch_limits, checkpoints, checks, clipping, resumed_epoch, stops, world_size
+from . import (batch_limits, checkpoint_fit, checkpoints, checks, clipping, resumed_epoch, stops,
+               world_size)
 from ..errors import HybridConfigError, hybrid_error_in
 
 
@@ -407,6 +409,7 @@ def apply() -> None:
     resumed_epoch.epochs_resumed_by_sentences()
     batch_limits.one_line_size_errors()
     world_size.one_line_world_size()
+    checkpoint_fit.named_misfits()
     pipeline_chunks_auto()
     checked_generation_options()
     one_line_non_finite()

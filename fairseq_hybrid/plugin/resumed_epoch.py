@@ -22,7 +22,8 @@ says how many were trained on and how many are left, and later epochs are this r
 resume is fairseq's own. Why go on rather than refuse: the usual reason to change the batch
 size of a training is memory (out of memory, or a new machine), where the old batches may
 not fit, and fairseq's ``--reset-dataloader`` starts over at epoch 1. A checkpoint
-written without the plugin has no record: fairseq's resume, as before.
+written without the plugin has no record: fairseq's resume, as before; so do iterators that
+build their epochs otherwise (subclasses with their own ``_get_iterator_for_epoch``).
 """
 from __future__ import annotations
 
@@ -73,6 +74,13 @@ def all_batches(iterator: Any, epoch: int, shuffle: bool, fix_batches_to_gpus: b
         shards.append(type(iterator).ordered_batches(other, epoch, fix_batches_to_gpus, shuffle))
     return [np.asarray(shards[s][j], dtype=np.int64)
             for j in range(len(shards[0])) for s in range(iterator.num_shards)]
+
+
+def standard(iterator: Any) -> bool:
+    """An iterator that hands out ``ordered_batches`` as fairseq's own does (subclasses
+    that build their epochs otherwise keep fairseq's resume)."""
+    return type(iterator)._get_iterator_for_epoch is EpochBatchIterator._get_iterator_for_epoch \
+        and type(iterator).ordered_batches is EpochBatchIterator.ordered_batches
 
 
 def mask_of(batches: List[np.ndarray], size: int) -> np.ndarray:
@@ -138,13 +146,14 @@ def epochs_resumed_by_sentences() -> None:
     def state_with_seen(self: Any) -> dict:
         state = state_dict(self)
         in_epoch = state["iterations_in_epoch"] > 0 or getattr(self, REST, None) is not None
-        if in_epoch and state["epoch"] == self.epoch and self._cur_epoch_itr is not None:
+        if in_epoch and state["epoch"] == self.epoch and self._cur_epoch_itr is not None \
+                and standard(self):
             state[SEEN] = seen_state(trained_on(self))
         return state
 
     @functools.wraps(load_state_dict)
     def load_by_sentences(self: Any, state: dict) -> None:
-        if SEEN not in state:
+        if SEEN not in state or not standard(self):
             return load_state_dict(self, state)
         seen = seen_from(state[SEEN], len(self.dataset))
         position = state.get("iterations_in_epoch", 0)
