@@ -57,6 +57,7 @@ def hybrid_args(data, save, *extra):
     return train_args(data / "bin", model_args(8, 1), "--max-update", "1", *extra, save_dir=save)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra,message", [
     (["--max-tokens", "10"], "--max-tokens 10 is smaller than 8 of the 20 sentence pairs of the 'valid' "
                              "split in '{d}': the longest needs 16 tokens (its longer side, with the "
@@ -86,6 +87,7 @@ def test_sentences_longer_than_the_limits_are_one_line_for_every_model(sample_da
         [p.name for p in save.iterdir()] == ["training.lock"]  # removed at this process's exit
 
 
+@pytest.mark.slow
 def test_the_advisor_refuses_what_fairseq_train_refuses(sample_data):
     from fairseq_hybrid.tools.advise import parse
 
@@ -261,3 +263,21 @@ def test_fairseqs_lstm_resumed_with_another_size_is_one_line(sample_data, tmp_pa
                     "run's model (its encoder.embed_tokens.weight is [3008, 8], this model's [3008, 16]): "
                     "it was trained with --encoder-embed-dim 8 (this run: 16); give the options it was "
                     "trained with (or another --save-dir to start a new training)")
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--max-update", "1.5"], "argument --max-update: invalid int value: '1.5'"),
+    (["--foo", "3"], "unrecognized arguments: --foo 3"),
+])
+def test_fairseq_trains_parser_errors_are_one_line_not_its_usage(extra, message, capsys, monkeypatch):
+    import sys
+
+    from fairseq import options
+
+    monkeypatch.setattr(sys, "argv", ["fairseq-train"])  # argparse's prog
+    with pytest.raises(HybridConfigError) as refused:  # was ~110 lines of usage, then the error
+        options.parse_args_and_arch(options.get_training_parser(), ["data", "--arch", "lstm", *extra])
+    assert str(refused.value) == f"fairseq_hybrid: error: {message} (fairseq-train --help lists the options)"
+    with pytest.raises(SystemExit):  # the other tools' parsers keep argparse's own
+        options.parse_args_and_arch(options.get_generation_parser(), ["data", "--beam", "x"])
+    assert "usage:" in capsys.readouterr().err

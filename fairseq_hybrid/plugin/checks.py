@@ -30,6 +30,7 @@ same input with the same line before anything is written.
 """
 from __future__ import annotations
 
+import argparse
 import glob
 import os
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
@@ -227,6 +228,21 @@ def check_training_options(args: Any) -> None:
     seed = getattr(args, "seed", None)
     if seed is not None and not 0 <= seed < 2 ** 32:
         raise HybridConfigError(f"--seed {seed} is not allowed: an integer from 0 to {2 ** 32 - 1}")
+
+
+def one_line_usage_errors(parser: argparse.ArgumentParser) -> None:
+    """fairseq-train's parser (the one with ``--max-update``) reports a value it cannot
+    parse (``--max-update 1.5``, an unknown option) as the one line, not after its usage
+    text of some 110 lines; a parser whose ``error`` was already replaced (the advisor's)
+    is left alone, as are the other tools' parsers."""
+    if "--max-update" not in getattr(parser, "_option_string_actions", {}) or \
+            getattr(parser.error, "__func__", None) is not argparse.ArgumentParser.error:
+        return
+
+    def error(message: str) -> None:
+        raise HybridConfigError(f"{message} ({parser.prog} --help lists the options)")
+
+    parser.error = error
 
 
 def check_precision(args: Any) -> None:

@@ -323,7 +323,8 @@ def checked_generation_options() -> None:
     """Wrap ``fairseq.options.parse_args_and_arch`` (once): what fairseq-generate,
     -interactive and -validate parsed is checked (``checks.check_generation_options``)
     before they write anything, and so is what fairseq-train parsed
-    (``checks.check_training_options``). fairseq's ``get_parser`` imports the ``--user-dir`` before
+    (``checks.check_training_options``); fairseq-train's parser reports a value it cannot
+    parse in one line (``checks.one_line_usage_errors``). fairseq's ``get_parser`` imports the ``--user-dir`` before
     the tool calls ``options.parse_args_and_arch``, so the wrapper is what it calls."""
 
     original = options.parse_args_and_arch
@@ -335,6 +336,7 @@ def checked_generation_options() -> None:
     def parse_args_and_arch(*args: Any, **kwargs: Any) -> Any:
         given = signature.bind(*args, **kwargs)
         given.apply_defaults()
+        checks.one_line_usage_errors(given.arguments["parser"])
         parsed = original(*args, **kwargs)
         if not given.arguments["suppress_defaults"]:  # the inner full parse checked it
             checks.check_generation_options(parsed[0] if given.arguments["parse_known"] else parsed)
