@@ -326,10 +326,13 @@ def checked_save_dir() -> None:
 
     @functools.wraps(original)
     def verify_checkpoint_directory(save_dir: str) -> None:
+        saves = save_dir_lock.saves_checkpoints(sys._getframe(1))  # not with --no-save
+        if saves and os.path.isdir(save_dir):
+            save_dir_lock.hold(save_dir)  # before this run writes anything there
         check_save_dir(save_dir)
-        if not save_dir_lock.saves_checkpoints(sys._getframe(1)):
+        if not saves:
             return  # --no-save: writes nothing there (and may run beside a training)
-        save_dir_lock.hold(save_dir)  # before anything in the directory changes
+        save_dir_lock.hold(save_dir)  # a directory check_save_dir made
         removed = remove_leftovers(save_dir)
         if removed:
             logger.warning(f"removed {len(removed)} temporary file(s) of an interrupted save "

@@ -105,6 +105,8 @@ def hold(save_dir: str) -> None:
     try:
         fd = _open_locked(path)
     except OSError as error:  # no flock here (ENOLCK, EOPNOTSUPP ...): train without it
+        if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return  # not writable: checkpoints.check_save_dir says so in its line
         logger.warning(f"could not lock {path} ({error.strerror or error}): nothing stops "
                        f"another training from using --save-dir {save_dir} at the same time")
         return
