@@ -52,10 +52,15 @@ def test_a_held_save_dir_is_refused_naming_the_holder_until_it_dies(tmp_path, ho
     assert line.endswith(f"holds {lock}. Wait for it to end (or stop it), or give this run another "
                          "--save-dir; nothing in the directory was changed") and "\n" not in line
     assert str(tmp_path.resolve()) not in save_dir_lock.HELD
+    with pytest.raises(HybridConfigError) as probed:  # fairseq-hydra-train's check, before .hydra/
+        save_dir_lock.refuse_if_held(str(tmp_path))
+    assert str(probed.value) == line
 
     os.kill(holder.pid, signal.SIGKILL)  # the OS releases the lock; the file stays behind
     holder.join(30)
     assert lock.read_text().split()[0] == str(holder.pid)
+    save_dir_lock.refuse_if_held(str(tmp_path))  # free: no error, nothing taken
+    assert str(tmp_path.resolve()) not in save_dir_lock.HELD
     save_dir_lock.hold(str(tmp_path))
     save_dir_lock.hold(str(tmp_path))  # again in the same process: it already holds it
     try:

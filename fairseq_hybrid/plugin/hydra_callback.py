@@ -11,7 +11,8 @@ any process exists), so there the plugin
 - fills the model config as fairseq will (fairseq's ``add_defaults``) and then with the
   preset named in ``model._name`` (``config.PRESETS``), so the saved ``.hydra/config.yaml``
   and the checkpoints hold the sizes that were trained;
-- checks the options as fairseq-train's parse-time checks do (one line, nothing written);
+- checks the options as fairseq-train's parse-time checks do (one line, nothing written),
+  and refuses a save directory another training holds (``save_dir_lock``);
 - adapts fairseq's defaults as ``integration`` does for fairseq-train: one process driving
   several GPUs, ``legacy_ddp``, ``fp16_no_flatten_grads``, bf16 on the CPU.
 
@@ -34,6 +35,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
+from . import save_dir_lock
 from .checks import run_checks
 from .config import HybridLSTMConfig, apply_preset
 from ..errors import HybridConfigError
@@ -174,8 +176,15 @@ def check_run_config(config: DictConfig, overrides: Sequence[str]) -> None:
         )
     check_pipeline_chunks(config)
     plan = run_checks(flat, argv=[])  # model.pipeline_chunks=0 means automatic
+    if not flat.no_save and first_process():  # before Hydra writes .hydra/ into it
+        save_dir_lock.refuse_if_held(flat.save_dir)
     cuda_devices = sum(1 for device in set(plan.devices) if device.type == "cuda")
     adapt_fairseq_config(config, cuda_devices, explicit_options(config, overrides))
+
+
+def first_process() -> bool:
+    """Not a rank > 0 of a launcher (torchrun, Slurm): those never hold the lock."""
+    return all(int(os.environ.get(name, "0") or 0) == 0 for name in ("RANK", "SLURM_PROCID"))
 
 
 def normalise_pipeline_chunks(config: DictConfig) -> None:

@@ -17,6 +17,8 @@ launcher or run as one process). A run with ``--no-save`` writes nothing there a
 lock (several may share a directory, e.g. a sweep); it reads ``cfg.checkpoint.no_save`` from
 fairseq's ``main``, the only caller, because the function receives the directory alone.
 A file system without ``flock`` (some network mounts) trains without the lock, with a warning.
+fairseq-hydra-train writes ``.hydra/`` and its log into the save directory before the job
+starts: its callback refuses a held directory before that (``refuse_if_held``).
 """
 from __future__ import annotations
 
@@ -73,6 +75,14 @@ def describe_holder(path: str) -> str:
     return f"pid {fields[0]}{where}" + (f" ({command})" if command else "")
 
 
+def in_use(save_dir: str, path: str) -> HybridConfigError:
+    return HybridConfigError(
+        f"--save-dir {save_dir!r} is in use by another training: {describe_holder(path)} holds "
+        f"{path}. Wait for it to end (or stop it), or give this run another --save-dir; nothing "
+        "in the directory was changed"
+    )
+
+
 def _open_locked(path: str) -> Optional[int]:
     """An open descriptor of ``path`` holding its exclusive flock; None when another
     process holds it. Retries when the file was removed (its holder ended) between the
@@ -111,15 +121,30 @@ def hold(save_dir: str) -> None:
                        f"another training from using --save-dir {save_dir} at the same time")
         return
     if fd is None:
-        raise HybridConfigError(
-            f"--save-dir {save_dir!r} is in use by another training: {describe_holder(path)} "
-            f"holds {path}. Wait for it to end (or stop it), or give this run another --save-dir; "
-            "nothing in the directory was changed"
-        )
+        raise in_use(save_dir, path)
     os.ftruncate(fd, 0)
     os.pwrite(fd, holder_text().encode("utf-8"), 0)
     HELD[key] = fd
     atexit.register(release, key, path)
+
+
+def refuse_if_held(save_dir: str) -> None:
+    """Raise ``hold``'s line when another process holds ``save_dir``'s lock, taking none
+    and creating nothing (a shared lock for a moment: it waits on no one)."""
+    path = lock_path(save_dir)
+    if os.path.realpath(save_dir) in HELD or not os.path.isfile(path):
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as error:
+        if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise in_use(save_dir, path) from None
+    finally:
+        os.close(fd)
 
 
 def release(key: str, path: str) -> None:
