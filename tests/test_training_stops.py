@@ -3,6 +3,7 @@ temporary link, and a training that stops early says so in one line: Ctrl-C (the
 reached, how to resume) and a loss grown by orders of magnitude."""
 from __future__ import annotations
 
+import errno
 import multiprocessing
 import os
 import re
@@ -91,6 +92,17 @@ def test_a_lock_file_removed_between_open_and_lock_is_not_locked(tmp_path, monke
         os.close(fd)
 
 
+@pytest.mark.parametrize("code,warned", [(errno.ENOLCK, True), (errno.EROFS, False)])
+def test_a_directory_without_flock_trains_without_the_lock(tmp_path, monkeypatch, caplog, code, warned):
+    def no_locks(fd, operation):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(save_dir_lock.fcntl, "flock", no_locks)
+    save_dir_lock.hold(str(tmp_path))  # a read-only one is check_save_dir's to report
+    assert str(tmp_path.resolve()) not in save_dir_lock.HELD
+    assert ("nothing stops another training from using --save-dir" in caplog.text) is warned
+
+
 def test_only_a_training_that_saves_takes_the_lock():
     def main(cfg):  # stands for fairseq_cli.train.main, which holds the config as cfg
         return sys._getframe(0)
@@ -146,6 +158,24 @@ def test_a_loss_grown_by_orders_of_magnitude_stops_the_training(tmp_path, first,
         break
     else:
         assert stops_at is None
+
+
+def test_the_ctrl_c_line_says_what_a_rerun_does(tmp_path, monkeypatch):
+    def cfg(no_save=False, rank=0):
+        return SimpleNamespace(distributed_training=SimpleNamespace(distributed_rank=rank),
+                               checkpoint=SimpleNamespace(save_dir=str(tmp_path), no_save=no_save))
+
+    monkeypatch.setattr(stops, "updates_reached", lambda: 7)
+    assert stops.interrupted(cfg()) == ("fairseq_hybrid: training interrupted (Ctrl-C) at update 7; no "
+                                        f"checkpoint was written in {tmp_path} yet: the same command starts again")
+    assert stops.interrupted(cfg(no_save=True)).endswith("; nothing is saved with --no-save: the same "
+                                                         "command starts again from the beginning")
+    assert stops.interrupted(cfg(rank=1)) == ""  # one line per training: rank 0's
+    monkeypatch.setattr(stops, "saved_updates", lambda path: 7)
+    (tmp_path / "checkpoint_last.pt").write_bytes(b"x")
+    assert stops.interrupted(cfg()).endswith(f"resume from {tmp_path}/checkpoint_last.pt (update 7)")
+    monkeypatch.setattr(stops, "updates_reached", lambda: None)  # before the trainer existed
+    assert stops.interrupted(cfg()).startswith("fairseq_hybrid: training interrupted (Ctrl-C); rerun")
 
 
 # ------------------------------------------------------------------ end to end
