@@ -1,5 +1,6 @@
 """Bad input to fairseq's CLIs with the plugin: one clear line naming the bad value, exit
 status != 0, and no checkpoint or output file written."""
+import os
 import shutil
 
 import pytest
@@ -60,14 +61,23 @@ def test_restore_file_that_is_truncated_writes_nothing(setup, tmp_path):
     save = tmp_path / "save"
     proc = run_tool("fairseq-train", train_args(root / "a" / "bin", save, "--restore-file", str(truncated)),
                     cwd=root, check=False)
-    assert_one_line_error(proc, "is not a readable fairseq checkpoint")
+    assert_one_line_error(proc, f"'{truncated}' is not a readable fairseq checkpoint (truncated, or another "
+                                "kind of file): ", "; give another --restore-file")
     assert not save.exists() or not any(save.iterdir())
+    shutil.copytree(root / "ckpt", save, dirs_exist_ok=True)  # resuming a truncated checkpoint_last.pt
+    older = save / "checkpoint_older.pt"
+    os.replace(save / "checkpoint_last.pt", older)
+    (save / "checkpoint_last.pt").write_bytes(truncated.read_bytes())
+    proc = run_tool("fairseq-train", train_args(root / "a" / "bin", save), cwd=root, check=False)
+    assert_one_line_error(proc, "checkpoint_last.pt' is not a readable fairseq checkpoint", "; delete it (the "
+                          "training then starts over), or resume from an older checkpoint with --restore-file ")
 
 
 def test_checkpoint_with_another_dictionary(setup):
     root, checkpoint, _, _ = setup
     proc = generate(root, root / "b" / "bin", checkpoint)
-    assert_one_line_error(proc, "embed_tokens.weight", "was it binarized with another dictionary?")
+    assert_one_line_error(proc, "the checkpoint's dictionary has ", "embed_tokens.weight",
+                          "was the data binarized with another dictionary?")
 
 
 def test_checkpoint_of_another_shape_as_restore_file(setup, tmp_path):
@@ -78,7 +88,8 @@ def test_checkpoint_of_another_shape_as_restore_file(setup, tmp_path):
     before = (save / "checkpoint_last.pt").read_bytes()
     proc = run_tool("fairseq-train", train_args(root / "a" / "bin", save, "--encoder-layers", "3",
                                                 "--decoder-layers", "3"), cwd=root, check=False)
-    assert_one_line_error(proc, "does not fit hybrid_lstm", "missing")
+    assert_one_line_error(proc, "trained with other model options than this run's: --encoder-layers 2 "
+                                "(this run: 3), --decoder-layers 2 (this run: 3)")
     assert sorted(p.name for p in save.iterdir()) == ["checkpoint_last.pt"]
     assert (save / "checkpoint_last.pt").read_bytes() == before
 
@@ -106,7 +117,7 @@ def test_bad_data_directory(setup, tmp_path, monkeypatch, case, fragment):
 
 @pytest.mark.parametrize("case,fragments", [
     ("empty", ["the 'train' split in", "has no sentences", "--trainpref"]),
-    ("max-tokens", ["--max-tokens 2 is smaller than every training sentence pair", "use --max-tokens"]),
+    ("max-tokens", ["--max-tokens 2 is smaller than every sentence pair of the 'train' split", "use --max-tokens"]),
     ("fp16", ["--fp16 needs a CUDA GPU", "use --bf16"]),
 ])
 def test_training_data_and_precision_errors(setup, tmp_path, monkeypatch, case, fragments):

@@ -9,7 +9,7 @@ from fairseq import checkpoint_utils
 
 import fairseq_hybrid  # noqa: F401  (installs the checkpoint patches)
 from fairseq_hybrid.errors import HybridConfigError
-from fairseq_hybrid.plugin import checkpoints
+from fairseq_hybrid.plugin import checkpoints, stops
 
 
 def test_unreadable_checkpoints_are_one_line(tmp_path):
@@ -26,7 +26,7 @@ def test_unreadable_checkpoints_are_one_line(tmp_path):
          "num_updates": 0}]}, weightless)  # fairseq reads it; only the weights are missing
     with pytest.raises(HybridConfigError, match="holds no model weights"):
         checkpoint_utils.load_checkpoint_to_cpu(str(weightless))
-    assert checkpoints.saved_updates(str(garbage)) is None
+    assert stops.saved_updates(str(garbage)) is None
 
 
 def test_a_failed_write_leaves_no_temporary_and_names_the_bytes(tmp_path, monkeypatch):

@@ -64,6 +64,12 @@ def test_the_master_head_goes_with_the_top_layers_except_with_input_feeding():
     ("cpu,cpu", "2,1", 2, "--hybrid-balance '2,1' is not allowed"),
     ("cpu,cpu", "2,0", 2, "--hybrid-balance '2,0' is not allowed"),
     ("cpu,cpu", "a,b", 2, "--hybrid-balance 'a,b' is not a comma-separated list"),
+    # was "give 1 integers": the balance is right, the devices are missing
+    (None, "1,1", 1, r"--hybrid-balance '1,1' gives layer counts for 2 device\(s\), but --hybrid-devices "
+                     r"is not given \(one device: cpu\): give one count per device of --hybrid-devices "
+                     r"\(e.g. --hybrid-devices cpu,cpu\), or leave --hybrid-balance out"),
+    ("cpu,cpu", "2", 1, r"--hybrid-balance '2' gives layer counts for 1 device\(s\), but --hybrid-devices "
+                        "'cpu,cpu' has 2"),
     ("cpu", None, -1, "--pipeline-chunks -1 is not allowed"),
 ])
 def test_bad_plans_are_rejected(devices, balance, chunks, message):

@@ -266,6 +266,8 @@ def test_the_command_line_prints_one_line_also_when_fairseq_rewraps_it():
     ("checkpoint.restore_file=nowhere.pt", ["--restore-file", "nowhere.pt"]),
     ("model.encoder_layers=abc", None),  # an OmegaConf traceback, .hydra/ written
     ("task.data=null", None),  # a TypeError, files written
+    ("dataset.max_tokens=-5", ["--max-tokens", "-5"]),  # was "smaller than every sentence pair"
+    ("+model.foo=1", None),  # was "model.foo None is not allowed"
 ])
 def test_hydra_refuses_what_fairseq_train_refuses_with_the_same_line(data, tmp_path, override,
                                                                      train_option):
@@ -282,7 +284,7 @@ def test_hydra_refuses_what_fairseq_train_refuses_with_the_same_line(data, tmp_p
         assert train.returncode == 1 and only_line(train) == line
         assert not save.exists()
     else:
-        assert line.startswith(f"fairseq_hybrid: error: {override.split('=')[0]} ")
+        assert line.startswith(f"fairseq_hybrid: error: {override.lstrip('+').split('=')[0]} ")
 
 
 # ------------------------------------------------------------------ scoring

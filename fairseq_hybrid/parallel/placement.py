@@ -85,8 +85,11 @@ def parse_devices(spec: Optional[str], allow_repeated: bool = False) -> List[tor
     return devices
 
 
-def parse_balance(spec: Optional[str], num_devices: int, num_layers: int) -> List[int]:
-    """Layers per device: explicit (``2,1,1``) or contiguous and as even as possible."""
+def parse_balance(spec: Optional[str], num_devices: int, num_layers: int,
+                  devices_spec: Optional[str] = None) -> List[int]:
+    """Layers per device: explicit (``2,1,1``) or contiguous and as even as possible.
+    ``devices_spec``: the ``--hybrid-devices`` given (None: the default device), for the
+    message."""
     if spec is None or not spec.strip():
         return even_sizes(num_layers, num_devices)
     try:
@@ -95,7 +98,15 @@ def parse_balance(spec: Optional[str], num_devices: int, num_layers: int) -> Lis
         raise HybridConfigError(
             f"{BALANCE_OPTION} {spec!r} is not a comma-separated list of integers"
         ) from None
-    if len(counts) != num_devices or sum(counts) != num_layers or min(counts) < 1:
+    if len(counts) != num_devices:
+        devices = (f"{DEVICES_OPTION} {devices_spec!r} has {num_devices}" if devices_spec else
+                   f"{DEVICES_OPTION} is not given (one device: {default_device()})")
+        raise HybridConfigError(
+            f"{BALANCE_OPTION} {spec!r} gives layer counts for {len(counts)} device(s), but {devices}: "
+            f"give one count per device of {DEVICES_OPTION} (e.g. {DEVICES_OPTION} "
+            f"{','.join(['cpu'] * len(counts))}), or leave {BALANCE_OPTION} out"
+        )
+    if sum(counts) != num_layers or min(counts) < 1:
         raise HybridConfigError(
             f"{BALANCE_OPTION} {spec!r} is not allowed: give {num_devices} integers >= 1 "
             f"(one per device) that sum to the {num_layers} layers"
@@ -231,7 +242,7 @@ def build_plan(
             f"{CHUNKS_OPTION} {chunks!r} is not allowed: an integer >= 1 (1 = no time chunking) "
             f"or {AUTO}"
         )
-    counts = parse_balance(balance_spec, len(devices), num_layers)
+    counts = parse_balance(balance_spec, len(devices), num_layers, devices_spec)
     layer_device = tuple(index for index, count in enumerate(counts) for _ in range(count))
     head_device = layer_device[-1] if head_with_top_layers else 0
     return PlacementPlan(tuple(devices), layer_device, chunks, split_head, head_device)

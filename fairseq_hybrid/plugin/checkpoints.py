@@ -5,7 +5,7 @@
   line instead of an unpickling traceback. The files loaded are remembered (``LOADED``), so
   a beam search that fails on non-finite scores can say that its ``--path`` is the
   ``crash.pt`` of a training stopped by a NaN/inf loss (``non_finite_scores``; the
-  training's own line: ``non_finite_training``).
+  training's own line: ``stops.non_finite_training``).
 - ``safe_saves``: fairseq writes ``checkpoint_<epoch>_<updates>.pt`` to ``NAME.tmp`` and
   renames it, but makes ``checkpoint_last.pt``/``checkpoint_best.pt`` with
   ``shutil.copyfile`` (a kill during the copy leaves a truncated file), and a failed write
@@ -18,13 +18,15 @@
   checkpoint needs and those free. The previous ``checkpoint_last.pt`` is never touched
   until its replacement is whole.
 - ``checked_save_dir``: before training (fairseq's ``verify_checkpoint_directory``) the
-  save directory must be writable (one line, not a traceback), and the temporary files a
-  killed save left there are removed.
-- ``checked_resume``: a ``--restore-file`` that does not exist or is a directory is one
-  line (fairseq trained from scratch without a word); a rerun of a training that already
-  reached ``--max-update``/``--max-epoch`` or spent ``--stop-time-hours`` says so in one
-  line and exits 0 before it changes anything (fairseq made one more update and overwrote
-  the checkpoints).
+  save directory must be writable (one line, not a traceback) and free: the training takes
+  its lock (``save_dir_lock``: a second training on the directory is refused in one line);
+  then the temporary files a killed save left there are removed.
+- ``checked_resume``: a checkpoint to resume from that cannot be read is one line saying
+  to delete it or naming an older one for ``--restore-file``; a ``--restore-file`` that
+  does not exist or is a directory is one line (fairseq trained from scratch without a
+  word); a rerun of a training that already reached ``--max-update``/``--max-epoch`` or
+  spent ``--stop-time-hours`` says so in one line and exits 0 before it changes anything
+  (fairseq made one more update and overwrote the checkpoints).
 - ``patience.saving_patience`` (``plugin/patience.py``): ``--patience``'s count is kept in
   every checkpoint, so a resumed run stops where the uninterrupted one does; a rerun of a
   run that patience stopped says so here and exits like one that reached ``--max-update``.
@@ -45,6 +47,7 @@ import torch
 from fairseq import checkpoint_utils, file_io
 
 from ..errors import HybridConfigError
+from . import save_dir_lock
 from .patience import patience_of, patience_state, restore_patience, saving_patience
 
 logger = logging.getLogger(__name__)
@@ -54,6 +57,45 @@ LOADED: Dict[str, Optional[int]] = {}
 
 
 # ------------------------------------------------------------------ reading
+class UnreadableCheckpoint(HybridConfigError):
+    """A checkpoint file that cannot be read; ``message`` without the prefix."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(message)
+        self.path, self.message = path, message
+
+
+def first_sentence(text: str, limit: int = 160) -> str:
+    """The first sentence of an error's text (torch's zip errors go on about miniz and
+    what to do in Python), at most ``limit`` characters, cut between words."""
+    text = " ".join(text.split())
+    sentence = text.split(". ")[0].rstrip(".")
+    if len(sentence) <= limit:
+        return sentence
+    return sentence[:limit].rsplit(" ", 1)[0] + " ..."
+
+
+def resume_hint(path: str, restore_file: bool = False) -> str:
+    """What to do when the checkpoint a training resumes from cannot be read: delete it
+    (``--save-dir``'s checkpoint_last.pt) or give another ``--restore-file``, naming the
+    newest other checkpoint of its directory (another file, not a link of it)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    others = []
+    for other in glob.glob(os.path.join(glob.escape(directory), "checkpoint*.pt")):
+        try:
+            if not os.path.samefile(other, path):
+                others.append((os.path.getmtime(other), other))
+        except OSError:
+            continue
+    newest = max(others)[1] if others else None
+    if restore_file:
+        return "give another --restore-file" + (f", e.g. {newest}" if newest else "")
+    hint = "delete it (the training then starts over)"
+    if newest:
+        hint += f", or resume from an older checkpoint with --restore-file {newest}"
+    return hint
+
+
 def readable_checkpoints() -> None:
     """Install the wrapper (once) around fairseq's checkpoint loading."""
 
@@ -72,10 +114,9 @@ def readable_checkpoints() -> None:
         except HybridConfigError:
             raise
         except Exception as error:  # unpickling, zip, EOF, missing keys ...
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            raise HybridConfigError(
-                f"{path!r} is not a readable fairseq checkpoint (truncated, or another kind "
-                f"of file): {type(error).__name__}: {reason[:200]}"
+            raise UnreadableCheckpoint(
+                path, f"{path!r} is not a readable fairseq checkpoint (truncated, or another kind "
+                      f"of file): {type(error).__name__}: {first_sentence(str(error))}"
             ) from None
         if not isinstance(state, dict) or "model" not in state:
             raise HybridConfigError(f"{path!r} is not a fairseq checkpoint: it holds no model weights")
@@ -95,37 +136,6 @@ def crash_dump_update(path: str, state: dict) -> Optional[int]:
         return None
     history = state.get("optimizer_history") or [{}]
     return int(history[-1].get("num_updates", 0)) + 1
-
-
-def saved_updates(path: str) -> Optional[int]:
-    """The updates a checkpoint file holds (its pickled part only: tensors are mapped)."""
-    try:
-        state = torch.load(path, map_location="cpu", mmap=True)
-        return int(state["optimizer_history"][-1]["num_updates"])
-    except Exception:  # noqa: BLE001 - only for the message
-        return None
-
-
-def non_finite_training(trainer: Any, error: BaseException, started: float) -> str:
-    """The line for a training that fairseq stopped with a ``FloatingPointError``."""
-    save_dir = trainer.cfg.checkpoint.save_dir
-    crash, last = os.path.join(save_dir, "crash.pt"), os.path.join(save_dir, "checkpoint_last.pt")
-    if os.path.isfile(crash) and os.path.getmtime(crash) >= started - 2:
-        saved = (f"fairseq saved the state before it as {crash} (a dump for debugging: do not "
-                 "translate with it)")
-    else:
-        saved = "no crash.pt was written"
-    if os.path.isfile(last):
-        updates = saved_updates(last)
-        saved += f"; {last}{f' (update {updates})' if updates is not None else ''} is unchanged"
-    else:
-        saved += "; no checkpoint_last.pt had been written yet"
-    hint = ""
-    if "Nan/Inf" in str(error) or "loss scale" in str(error):
-        hint = f". Lower --lr (it is {trainer.get_lr():g}) or clip the gradients (--clip-norm)"
-    return (f"training stopped at update {trainer.get_num_updates() + 1}: the loss or its "
-            f"gradients became NaN or inf ({type(error).__name__}: {str(error).strip()[:120]}), "
-            f"so that update was not applied; {saved}{hint}")
 
 
 def non_finite_scores(ids: list) -> str:
@@ -214,7 +224,9 @@ def atomic_save(obj: Any, filename: str, async_write: bool = False) -> None:
 
 def atomic_copyfile(src_path: str, dst_path: str) -> str:
     """``dst_path`` becomes ``src_path``'s content at once: a hard link (or, where links
-    are not possible, a copy) under a temporary name, renamed into place."""
+    are not possible, a copy) under a temporary name, renamed into place. When ``dst_path``
+    already is a link to ``src_path``'s file, rename(2) does nothing and succeeds (POSIX),
+    leaving the temporary link: ``dst_path`` holds the content already, the link goes."""
     try:
         tmp_path = _temporary(dst_path)
     except OSError as error:
@@ -227,6 +239,8 @@ def atomic_copyfile(src_path: str, dst_path: str) -> str:
             shutil.copyfile(src_path, tmp_path)
             ordinary_mode(tmp_path)
         os.replace(tmp_path, dst_path)
+        if os.path.lexists(tmp_path):  # the same file under both names: nothing was renamed
+            os.remove(tmp_path)
     except OSError as error:
         _remove(tmp_path)
         raise save_failed(error, dst_path, os.path.getsize(src_path)) from None
@@ -312,7 +326,13 @@ def checked_save_dir() -> None:
 
     @functools.wraps(original)
     def verify_checkpoint_directory(save_dir: str) -> None:
+        saves = save_dir_lock.saves_checkpoints(sys._getframe(1))  # not with --no-save
+        if saves and os.path.isdir(save_dir):
+            save_dir_lock.hold(save_dir)  # before this run writes anything there
         check_save_dir(save_dir)
+        if not saves:
+            return  # --no-save: writes nothing there (and may run beside a training)
+        save_dir_lock.hold(save_dir)  # a directory check_save_dir made
         removed = remove_leftovers(save_dir)
         if removed:
             logger.warning(f"removed {len(removed)} temporary file(s) of an interrupted save "
@@ -381,7 +401,11 @@ def checked_resume() -> None:
     @functools.wraps(original)
     def load_checkpoint(cfg: Any, trainer: Any, **passthrough: Any) -> Any:
         check_restore_file(cfg, getattr(trainer, "checkpoint_suffix", "") or "")
-        extra_state, epoch_itr = original(cfg, trainer, **passthrough)
+        try:
+            extra_state, epoch_itr = original(cfg, trainer, **passthrough)
+        except UnreadableCheckpoint as error:
+            hint = resume_hint(error.path, restore_file=restore_path(cfg) is not None)
+            raise HybridConfigError(f"{error.message}; {hint}") from None
         restore_patience(cfg, extra_state)
         line = already_done(cfg, trainer, epoch_itr) if extra_state is not None else None
         if line is not None:

@@ -37,6 +37,9 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
   a reused iterator's batches as at epoch 1, so resuming makes the same updates.
   ``--rebuild-batches`` and datasets whose iterator is not reused (sharded data) already
   build per epoch the same way in both runs and are left alone.
+- ``resumed_epoch.epochs_resumed_by_sentences`` (``plugin/resumed_epoch.py``): a resume
+  whose batches differ from the checkpoint's (another ``--max-tokens`` ...) goes on with the
+  sentences of the epoch not yet trained on, where fairseq skipped a count of batches.
 - ``pipeline_chunks_auto``: ``--pipeline-chunks`` is fairseq's own integer option (the
   model shares it); it also takes ``auto`` (read as 0, fairseq's default, which hybrid_lstm
   takes as "chosen by the performance model" on several devices). fairseq's
@@ -44,7 +47,8 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
   ``options.add_distributed_training_args`` reaches fairseq-train's parser.
 - ``checked_generation_options``: fairseq-generate/-interactive/-validate refuse, once
   parsed, the options fairseq's beam search cannot run and a missing ``--path``, for every
-  model (``checks.check_generation_options``); fairseq-interactive skips an over-long line
+  model (``checks.check_generation_options``), fairseq-train the numbers it cannot train
+  with (``checks.check_training_options``); fairseq-interactive skips an over-long line
   instead of ending the session (``sentence_limits.skip_overlong_lines``) and reads a byte
   of standard input that is not UTF-8 as an unknown character
   (``generation_options.tolerant_stdin``), and a failed
@@ -54,9 +58,14 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
   ``--max-tokens`` or the positions limits, in any tool and split, are one line naming the
   limit (fairseq: an ``AssertionError`` or a bare ``Exception``), or, where invalid inputs are
   skipped, skipped with one warning line (also those over ``--max-tokens``).
+- ``batch_limits.one_line_size_errors`` (``plugin/batch_limits.py``): a training or
+  validation split whose sentences do not fit ``--max-tokens`` or the positions is one line;
+  ``world_size.one_line_world_size``: more processes than GPUs for fairseq to start is too,
+  and ``checkpoint_fit.named_misfits`` a checkpoint that does not fit the resumed model.
 - ``one_line_non_finite``: a training stopped by a NaN/inf loss, and a beam search whose
   scores are all NaN/-inf, end with one line (what happened, at which update, what was
-  saved) instead of fairseq's traceback.
+  saved) instead of fairseq's traceback; a training whose loss grew by orders of magnitude
+  stops with such a line too (``plugin/stops.py``).
 - ``clipping.clipping_across_devices`` (``plugin/clipping.py``): ``--clip-norm`` when a
   model's gradients are on several devices scales each device's gradients with the
   coefficient on that device (fairseq's one ``_foreach_mul_`` with a coefficient on one GPU
@@ -66,7 +75,8 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
   ``device_ids`` for every module, which torch refuses for CPU modules; they get
   ``device_ids=None``, torch's rule for them (one-GPU modules are unchanged).
 - ``one_line_errors``: ``HybridConfigError`` (an ordinary exception a Python caller can
-  catch) reaches the command line as its one line and exit status 1.
+  catch) reaches the command line as its one line and exit status 1; Ctrl-C during a
+  training ends with one line saying the update reached and how to resume.
 """
 from __future__ import annotations
 
@@ -89,8 +99,9 @@ from fairseq.distributed import utils as distributed_utils
 from fairseq.tasks import FairseqTask
 from fairseq.trainer import Trainer
 
-from . import (checkpoints, checks, clipping, data_parallel, generation_options, results_file,
-               sentence_limits, usage_errors)
+from . import (batch_limits, checkpoint_fit, checkpoints, checks, clipping, data_parallel,
+               generation_options, resumed_epoch, results_file, sentence_limits, stops, usage_errors,
+               world_size)
 from ..errors import HybridConfigError, hybrid_error_in
 
 
@@ -183,15 +194,36 @@ def keep_last_batch() -> None:
 
 
 # ------------------------------------------------------------------ one line, not a traceback
+INTERRUPTED = "_hybrid_interrupted"  # the line of a KeyboardInterrupt that stopped a training
+
+
+def error_of_a_rank(raised: BaseException) -> Optional[HybridConfigError]:
+    """The one line of a process fairseq spawned (one per GPU): torch's spawn re-raises
+    its failure in the parent as ``ProcessRaisedException`` with the child's traceback as
+    text, whose last line is the ``HybridConfigError`` raised there."""
+    if not isinstance(raised, torch.multiprocessing.ProcessRaisedException):
+        return None
+    found = re.findall(r"fairseq_hybrid: error: [^\n]*", str(raised))
+    return HybridConfigError(found[-1][len("fairseq_hybrid: error: "):]) if found else None
+
+
 def one_line_errors() -> None:
     """``HybridConfigError`` is an ordinary exception; fairseq's command-line tools print it
     as its one line and exit with status 1: ``distributed_utils.call_main`` (train,
-    hydra-train, interactive, validate) turns it into ``SystemExit``, and the excepthook
-    does the same for the rest (parse time, fairseq-generate)."""
+    hydra-train, interactive, validate) turns it into ``SystemExit`` (also when a process
+    fairseq spawned raised it), and the excepthook does the same for the rest (parse time,
+    fairseq-generate). Ctrl-C during a training (``fairseq_cli.train.main``, also under
+    fairseq-hydra-train) prints ``stops.interrupted``'s line instead of the traceback; the
+    process still ends by SIGINT."""
 
     hook = sys.excepthook
     if not getattr(hook, "_hybrid_one_line", False):
         def excepthook(kind: Any, value: BaseException, traceback: Any) -> None:
+            line = getattr(value, INTERRUPTED, None)  # Ctrl-C during a training
+            if line is not None:
+                if line:
+                    sys.stderr.write(f"{line}\n")
+                return None
             error = hybrid_error_in(value)
             if error is None:
                 return hook(kind, value, traceback)
@@ -207,8 +239,15 @@ def one_line_errors() -> None:
     def call_main(cfg: Any, main: Callable, **kwargs: Any) -> Any:
         try:
             return original(cfg, main, **kwargs)
+        except KeyboardInterrupt:
+            if getattr(main, "__module__", None) != "fairseq_cli.train":
+                raise
+            # a plain KeyboardInterrupt, so that Python still ends the process by SIGINT
+            stopped = KeyboardInterrupt()
+            setattr(stopped, INTERRUPTED, stops.interrupted(cfg))
+            raise stopped from None
         except Exception as raised:
-            error = hybrid_error_in(raised)
+            error = hybrid_error_in(raised) or error_of_a_rank(raised)
             if error is None:
                 raise
             raise SystemExit(str(error)) from None
@@ -297,8 +336,10 @@ def pipeline_chunks_auto() -> None:
 def checked_generation_options() -> None:
     """Wrap ``fairseq.options.parse_args_and_arch`` (once): what fairseq-generate,
     -interactive and -validate parsed is checked (``checks.check_generation_options``)
-    before they write anything. fairseq's ``get_parser`` imports the ``--user-dir`` before
-    the tool calls ``options.parse_args_and_arch``, so the wrapper is what it calls."""
+    before they write anything, and so is what fairseq-train parsed
+    (``checks.check_training_options``); every tool's parser reports a value it
+    cannot parse in one line (``usage_errors.one_line_usage_errors``). fairseq's
+    ``get_parser`` imports the ``--user-dir`` before the tool calls ``options.parse_args_and_arch``, so the wrapper is what it calls."""
 
     original = options.parse_args_and_arch
     if getattr(original, "_hybrid_checked", False):
@@ -314,6 +355,7 @@ def checked_generation_options() -> None:
         if not given.arguments["suppress_defaults"]:  # the inner full parse checked it
             namespace = parsed[0] if given.arguments["parse_known"] else parsed
             checks.check_generation_options(namespace)
+            checks.check_training_options(namespace)
             sentence_limits.skip_overlong_lines(namespace)
             generation_options.tolerant_stdin(namespace)
             results_file.watch_results_file(namespace)
@@ -337,10 +379,11 @@ def one_line_non_finite() -> None:
     """Wrap (once) ``Trainer.train_step`` and ``FairseqTask.inference_step``, for every
     model: a training that stops on fairseq's ``FloatingPointError`` (NaN/inf gradients:
     fairseq has then saved ``crash.pt`` and logged its NaN detector's findings) ends with
-    one line saying at which update and what was saved; a beam search that cannot end any
+    one line saying at which update and what was saved, and so does one whose loss grew by
+    orders of magnitude (``stops.check_loss_growth``); a beam search that cannot end any
     hypothesis because every score is NaN or -inf (fairseq's ``AssertionError: 200 <
     200``, e.g. with the weights of such a crash.pt) ends with one line naming the
-    checkpoint (``checkpoints.non_finite_training``, ``checkpoints.non_finite_scores``)."""
+    checkpoint (``stops.non_finite_training``, ``checkpoints.non_finite_scores``)."""
 
     train_step = Trainer.train_step
     if getattr(train_step, "_hybrid_one_line", False):
@@ -350,9 +393,11 @@ def one_line_non_finite() -> None:
     def checked_train_step(self: Any, samples: Any, *args: Any, **kwargs: Any) -> Any:
         started = time.time()
         try:
-            return train_step(self, samples, *args, **kwargs)
+            logging_output = train_step(self, samples, *args, **kwargs)
         except FloatingPointError as error:
-            raise NonFiniteTraining(checkpoints.non_finite_training(self, error, started)) from error
+            raise NonFiniteTraining(stops.non_finite_training(self, error, started)) from error
+        stops.check_loss_growth(self, logging_output)
+        return logging_output
 
     inference_step = FairseqTask.inference_step
 
@@ -382,6 +427,10 @@ def apply() -> None:
     keep_last_batch()
     same_batches_after_resume()
     sentence_limits.limited_batches()
+    resumed_epoch.epochs_resumed_by_sentences()
+    batch_limits.one_line_size_errors()
+    world_size.one_line_world_size()
+    checkpoint_fit.named_misfits()
     pipeline_chunks_auto()
     checked_generation_options()
     one_line_non_finite()

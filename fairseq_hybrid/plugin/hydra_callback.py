@@ -11,7 +11,8 @@ any process exists), so there the plugin
 - fills the model config as fairseq will (fairseq's ``add_defaults``) and then with the
   preset named in ``model._name`` (``config.PRESETS``), so the saved ``.hydra/config.yaml``
   and the checkpoints hold the sizes that were trained;
-- checks the options as fairseq-train's parse-time checks do (one line, nothing written);
+- checks the options as fairseq-train's parse-time checks do (one line, nothing written),
+  and refuses a save directory another training holds (``save_dir_lock``);
 - adapts fairseq's defaults as ``integration`` does for fairseq-train: one process driving
   several GPUs, ``legacy_ddp``, ``fp16_no_flatten_grads``, bf16 on the CPU.
 
@@ -21,7 +22,9 @@ into the job after the callback), so changes made here reach fairseq.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
+from dataclasses import fields
 from argparse import Namespace
 from typing import Any, Iterator, List, Sequence
 
@@ -30,8 +33,9 @@ from fairseq.dataclass.initialize import add_defaults
 from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
+from . import save_dir_lock
 from .checks import run_checks
 from .config import HybridLSTMConfig, apply_preset
 from ..errors import HybridConfigError
@@ -41,7 +45,8 @@ from .integration import adapt_fairseq_config
 
 # the groups whose options the parse-time checks read, in fairseq-train's flat namespace
 # (later groups win a shared name: the model's pipeline_chunks over fairseq's own)
-CHECKED_GROUPS = ("common", "distributed_training", "dataset", "checkpoint", "task", "criterion", "model")
+CHECKED_GROUPS = ("common", "distributed_training", "dataset", "checkpoint", "lr_scheduler",
+                  "optimization", "task", "criterion", "model")
 
 # fairseq options the adaptations leave alone when the user set them
 ADAPTED = {
@@ -121,6 +126,15 @@ def check_model_types(config: DictConfig) -> None:
     try:
         values = OmegaConf.to_container(config.model, resolve=True)
         OmegaConf.merge(OmegaConf.structured(HybridLSTMConfig), values)
+    except ConfigKeyError as error:  # a key the model does not have (+model.foo=1)
+        key = (getattr(error, "key", None) or getattr(error, "full_key", None) or "?").split(".")[-1]
+        known = [f.name for f in fields(HybridLSTMConfig) if not f.name.startswith("_")]
+        close = difflib.get_close_matches(key, known, n=1)
+        raise HybridConfigError(
+            f"model.{key} is not an option of {model_name(config)}"
+            + (f": did you mean model.{close[0]}?" if close else
+               f"; its options: {', '.join(known)}")
+        ) from None
     except OmegaConfBaseException as error:
         key = getattr(error, "full_key", None) or "model"
         value = getattr(error, "value", None)
@@ -162,8 +176,15 @@ def check_run_config(config: DictConfig, overrides: Sequence[str]) -> None:
         )
     check_pipeline_chunks(config)
     plan = run_checks(flat, argv=[])  # model.pipeline_chunks=0 means automatic
+    if not flat.no_save and first_process():  # before Hydra writes .hydra/ into it
+        save_dir_lock.refuse_if_held(flat.save_dir)
     cuda_devices = sum(1 for device in set(plan.devices) if device.type == "cuda")
     adapt_fairseq_config(config, cuda_devices, len(plan.devices), explicit_options(config, overrides))
+
+
+def first_process() -> bool:
+    """Not a rank > 0 of a launcher (torchrun, Slurm): those never hold the lock."""
+    return all(int(os.environ.get(name, "0") or 0) == 0 for name in ("RANK", "SLURM_PROCID"))
 
 
 def normalise_pipeline_chunks(config: DictConfig) -> None:

@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
-from fairseq import options, tasks
+from fairseq import options, tasks, utils
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 from .advice_report import REPLICA_LIMIT, command_line, format_report, recommendation_rows
@@ -107,10 +107,11 @@ def load_task_and_model(args: argparse.Namespace) -> Tuple[Any, Any, Any]:
 
 def representative_batch(dataset: Any, max_tokens: int, args: argparse.Namespace) -> dict:
     """The batch of median target tokens among the training split's batches at
-    ``max_tokens`` (fairseq's own batching), collated."""
+    ``max_tokens`` (fairseq's own batching, without the pairs fairseq-train skips: longer
+    than the positions or ``max_tokens``), collated."""
     indices = dataset.ordered_indices()
-    indices, _ = dataset.filter_indices_by_size(
-        indices, (args.max_source_positions, args.max_target_positions))
+    indices, _ = dataset.filter_indices_by_size(indices, utils.resolve_max_positions(
+        (args.max_source_positions, args.max_target_positions), max_tokens))
     batches = dataset.batch_by_size(indices, max_tokens=max_tokens, max_sentences=args.batch_size,
                                     required_batch_size_multiple=args.required_batch_size_multiple)
     tokens = [int(np.sum(dataset.tgt_sizes[b])) for b in batches]
