@@ -339,7 +339,8 @@ def checked_generation_options() -> None:
     before they write anything, and so is what fairseq-train parsed
     (``checks.check_training_options``); every tool's parser reports a value it
     cannot parse in one line (``usage_errors.one_line_usage_errors``). fairseq's
-    ``get_parser`` imports the ``--user-dir`` before the tool calls ``options.parse_args_and_arch``, so the wrapper is what it calls."""
+    ``get_parser`` imports the ``--user-dir`` before the tool calls
+    ``options.parse_args_and_arch``, so the wrapper is what it calls."""
 
     original = options.parse_args_and_arch
     if getattr(original, "_hybrid_checked", False):
