@@ -62,9 +62,9 @@ def data_parallel_backend(args: Any, devices: int, argv: Optional[Sequence[str]]
     several: the engine's workers run each pipeline cell's backward as a call of its own, so
     a layer's parameters receive their gradient once per time chunk, which torch DDP's
     hooks refuse ("Expected to mark a variable ready only once", tried on cpu,cpu)."""
-    given = explicit_option("--ddp-backend", argv)
     if devices <= 1:
         return
+    given = explicit_option("--ddp-backend", argv)
     if given is None:
         args.ddp_backend = "legacy_ddp"
     elif given in ("pytorch_ddp", "c10d"):
