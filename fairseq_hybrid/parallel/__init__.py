@@ -2,8 +2,10 @@
 
 - ``placement``: the placement plan (devices, layers per device, chunks, head devices).
 - ``worker``: one worker thread per device; tasks run there, failures surface.
-- ``pipeline``: the model-parallel part, the time-chunked wavefront of LSTM cells over the
-  layers' devices (clock-cycle schedule drawn in its docstring), forward and backward.
+- ``schedule``: the wavefront's schedule, pure: cells, clock cycles, dependencies, time
+  chunks (the engine runs it; the chunk chooser and the planning models read it).
+- ``pipeline``: the model-parallel part, the schedule's LSTM cells run on the layers'
+  devices, forward and backward.
 - ``head_shards``: the data-parallel part, the attention/combine/output/loss head split by
   sentences over every device, forward and backward of each shard on its device's worker.
 - ``engine``: one training step's features and head loss over a plan.

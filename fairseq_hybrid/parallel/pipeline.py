@@ -1,13 +1,12 @@
-"""The time-chunked wavefront pipeline over the stacked LSTM layers.
+"""The time-chunked wavefront pipeline over the stacked LSTM layers: it runs the schedule
+of ``schedule.py`` (cells, clock cycles, dependencies, time chunks) on the devices.
 
-The batch is split along time into chunks (encoder and decoder separately). Schedule cell
-(layer l, chunk k) runs one fused ``nn.LSTM`` call (``lstm_stack.run_layer``) on its
-layer's device, starting from the state that cell (l, k-1) left, on the output of cell
-(l-1, k). Work is issued in clock cycles — encoder cell (l, k) in cycle l + k, decoder
-cell (l, k) in cycle K_src + l + k — so device l computes chunk k while device l+1
-computes chunk k-1; decoder layer l starts from encoder layer l's final state. Each
-cycle's cells run on their devices' workers; tensors are copied only where a cell's input
-lives on another device. With one chunk and one device this is the plain model.
+Each schedule cell (layer l, chunk k) runs one fused ``nn.LSTM`` call
+(``lstm_stack.run_layer``) on its layer's device, starting from the state that cell
+(l, k-1) left, on the output of cell (l-1, k). Each clock cycle's cells run on their
+devices' workers, so device l computes chunk k while device l+1 computes chunk k-1;
+tensors are copied only where a cell's input lives on another device. With one chunk and
+one device this is the plain model.
 
 Two layers on two devices, three source chunks E0-E2 and three target chunks D0-D2:
 
@@ -32,63 +31,12 @@ from ..model.lstm_stack import LSTMStack, State, run_layer
 from ..model.network import StepDraws
 from .interface import HybridModel
 from .placement import PlacementPlan
-from .split import Span, even_sizes, spans
+from .schedule import (
+    DECODER, ENCODER, Key, ScheduleCell, chunk_bounds, clock_cycles, describe, input_cell, state_cell,
+)
+from .split import Span
 from .transfer import Transfers
 from .worker import DeviceWorkers, autograd_device_thread
-
-ENCODER, DECODER = "encoder", "decoder"
-Key = Tuple[str, int, int]  # (side, layer, chunk): a schedule cell
-
-
-def chunk_bounds(length: int, chunks: int) -> List[Span]:
-    """At most ``chunks`` contiguous, non-empty, near-equal time spans covering
-    [0, length)."""
-    return spans(even_sizes(length, min(chunks, length))) if length else []
-
-
-@dataclass(frozen=True)
-class ScheduleCell:
-    """One unit of the wavefront's schedule: layer ``layer`` of the encoder or decoder
-    (``side``) over time chunk ``chunk``."""
-
-    side: str
-    layer: int
-    chunk: int
-
-    @property
-    def key(self) -> Key:
-        return (self.side, self.layer, self.chunk)
-
-
-def input_cell(cell: ScheduleCell) -> Optional[Key]:
-    """The cell whose output this cell reads: the layer below on the same chunk (none for
-    layer 0, which reads the embeddings)."""
-    return None if cell.layer == 0 else (cell.side, cell.layer - 1, cell.chunk)
-
-
-def state_cell(cell: ScheduleCell, source_chunks: int) -> Optional[Key]:
-    """The cell whose final state this cell continues from: its layer's previous chunk;
-    for decoder chunk 0, the encoder layer's last chunk (through the bridge); for encoder
-    chunk 0, none (zeros). With ``input_cell``, the wavefront's whole dependency rule:
-    forward, backward and the performance model all use these two."""
-    if cell.chunk > 0:
-        return (cell.side, cell.layer, cell.chunk - 1)
-    if cell.side == ENCODER:
-        return None
-    return (ENCODER, cell.layer, source_chunks - 1)
-
-
-def clock_cycles(source_chunks: int, target_chunks: int, layers: int) -> List[List[ScheduleCell]]:
-    """The cells of each clock cycle, in order."""
-    cycles: Dict[int, List[ScheduleCell]] = {}
-    for layer in range(layers):
-        for chunk in range(source_chunks):
-            cycles.setdefault(layer + chunk, []).append(ScheduleCell(ENCODER, layer, chunk))
-        for chunk in range(target_chunks):
-            cycles.setdefault(source_chunks + layer + chunk, []).append(
-                ScheduleCell(DECODER, layer, chunk)
-            )
-    return [cycles[c] for c in sorted(cycles)]
 
 
 @dataclass
@@ -388,10 +336,6 @@ def add_state_grads(
 
 def add_grads(a: Optional[Tensor], b: Optional[Tensor]) -> Optional[Tensor]:
     return b if a is None else a if b is None else a + b.to(a.device)
-
-
-def describe(cell: ScheduleCell) -> str:
-    return f"{cell.side} layer {cell.layer} chunk {cell.chunk}"
 
 
 class _StagedPipeline(torch.autograd.Function):

@@ -9,8 +9,8 @@
   host's time per task), ``analytic`` (stage times from FLOPs and bytes), ``host_bound``
   (the one Python process's pace), ``compare`` (against DDP), ``planned`` (steps not built).
 
-The wavefront's dependencies come from ``parallel.pipeline`` (``input_cell``/``state_cell``),
-the same rule the pipeline runs. ``benchmarks/pipeline_model.py`` validates the model
+The wavefront's cells, cycles and dependencies come from ``parallel.schedule``, the same
+rule the pipeline runs. ``benchmarks/pipeline_model.py`` validates the model
 against real training steps and reports it.
 """
 from .measure import device_clock, measure_concurrency, measure_model_stage_times

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Sequence, Tuple
 
-from ..parallel.pipeline import DECODER, ENCODER, Key, chunk_bounds
+from ..parallel.schedule import DECODER, ENCODER, Key, chunk_bounds
 from .profiles import DeviceProfile
 from .sizes import BatchSize, ModelSize
 from .stage_times import CellTimes, StageTimes

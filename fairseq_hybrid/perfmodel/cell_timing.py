@@ -12,10 +12,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from ..parallel.interface import HybridModel
-from ..parallel.pipeline import (
-    DECODER, ENCODER, Key, ScheduleCell, WavefrontPipeline, chunk_bounds, clock_cycles, describe,
-)
+from ..parallel.pipeline import WavefrontPipeline
 from ..parallel.placement import PlacementPlan
+from ..parallel.schedule import DECODER, ENCODER, Key, ScheduleCell, chunk_bounds, clock_cycles, describe
 
 
 def device_clock(device: torch.device) -> Callable[[], float]:

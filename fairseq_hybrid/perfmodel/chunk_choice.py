@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 from .simulate import pipeline_makespans
-from ..parallel.pipeline import Key, chunk_bounds
+from ..parallel.schedule import Key, chunk_bounds
 from .sizes import Link
 from .stage_times import CellTimes
 
@@ -78,7 +78,7 @@ class ChunkChoice:
 
 
 def chunk_lengths(length: int, chunks: int) -> List[int]:
-    """Time steps of each chunk, as ``parallel.pipeline.chunk_bounds`` splits them."""
+    """Time steps of each chunk, as ``parallel.schedule.chunk_bounds`` splits them."""
     return [end - start for start, end in chunk_bounds(length, chunks)]
 
 

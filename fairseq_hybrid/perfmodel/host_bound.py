@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Dict, Mapping, Sequence, Tuple
 
-from ..parallel.pipeline import clock_cycles
+from ..parallel.schedule import clock_cycles
 from .stage_times import CellTimes, HostTimes, StageTimes
 
 PHASES = ("embeddings_forward", "pipeline_forward", "head", "pipeline_backward", "update")

@@ -19,8 +19,9 @@ from ..model.loss import TokenLoss
 from ..model.lstm_stack import run_layer
 from ..parallel.head_shards import ShardLoss
 from ..parallel.interface import HybridModel
-from ..parallel.pipeline import Key, pipeline_inputs
+from ..parallel.pipeline import pipeline_inputs
 from ..parallel.placement import build_plan
+from ..parallel.schedule import Key
 from ..parallel.worker import DeviceWorkers
 from .auto_chunks import run_all_overhead
 from .cell_timing import TimingWorkers, device_clock, time_cells

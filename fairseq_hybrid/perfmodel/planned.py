@@ -43,11 +43,11 @@ from __future__ import annotations
 import math
 from typing import Dict, List, Mapping, Sequence, Tuple
 
-from ..parallel.pipeline import DECODER, ENCODER, Key, chunk_bounds, clock_cycles
+from ..parallel.schedule import DECODER, ENCODER, Key, chunk_bounds, clock_cycles, dependencies
 from ..parallel.placement import shard_bounds
 from .compare import BUCKET_BYTES, allreduce_seconds
 from .host_bound import host_phases, host_wait
-from .simulate import _cell_transfer, _dependencies, collective_seconds, head_slice_seconds, predict_step
+from .simulate import cell_transfer_seconds, collective_seconds, head_slice_seconds, predict_step
 from .sizes import Link, layer_map
 from .stage_times import StageTimes
 
@@ -124,8 +124,8 @@ def wavefront_with_head(stage: StageTimes, devices: int, chunks: int,
         for c in cycle:
             key = c.key
             waits = tuple(_cell(d) for d, _ in
-                          _dependencies(key, source_chunks, "forward", layers, target_chunks))
-            seconds = cells.forward[key] + _cell_transfer(
+                          dependencies(key, source_chunks, "forward", layers, target_chunks))
+            seconds = cells.forward[key] + cell_transfer_seconds(
                 key, "forward", mapping, cells.output_bytes, state_bytes, link)
             forward.append((_cell(key), mapping[key[1]], seconds, waits))
             if key[0] == DECODER and key[1] == top:
@@ -145,11 +145,11 @@ def wavefront_with_head(stage: StageTimes, devices: int, chunks: int,
         for c in cycle:
             key = c.key
             waits = [_cell(d) for d, _ in
-                     _dependencies(key, source_chunks, "backward", layers, target_chunks)]
+                     dependencies(key, source_chunks, "backward", layers, target_chunks)]
             if key[1] == top:
                 waits += ([f"head {key[2]} {d}" for d, _ in shards] if key[0] == DECODER
                           else list(all_heads))
-            seconds = cells.backward[key] + _cell_transfer(
+            seconds = cells.backward[key] + cell_transfer_seconds(
                 key, "backward", mapping, cells.output_bytes, state_bytes, link)
             backward.append((_cell(key), mapping[key[1]], seconds, tuple(waits)))
             if key[0] == DECODER and key[1] == top and key[2] > 0:

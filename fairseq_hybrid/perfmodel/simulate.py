@@ -29,9 +29,9 @@ and the step and speedup predictions built on it.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Mapping, Optional, Sequence, Tuple
 
-from ..parallel.pipeline import Key, ScheduleCell, clock_cycles, input_cell, state_cell
+from ..parallel.schedule import Key, clock_cycles, dependencies
 from ..parallel.placement import shard_bounds
 from .host_bound import host_phases, host_wait
 from .sizes import Link, layer_map
@@ -41,32 +41,14 @@ from .traffic import StepShapes, today
 SCHEDULES = ("cycle", "dataflow")  # CPU devices: a barrier per clock cycle; GPUs: dataflow
 
 
-def _dependencies(
-    key: Key, source_chunks: int, direction: str, layers: int, target_chunks: int,
-) -> List[Tuple[Key, str]]:
-    """The cells whose results ``key`` needs: (cell, kind) with kind "output" (crosses from
-    layer l-1 forward / l+1 backward) or "state" (same layer). The pipeline's own rule
-    (``input_cell``, ``state_cell``); backward inverts it."""
-    def needs(cell: ScheduleCell) -> List[Tuple[Optional[Key], str]]:
-        return [(input_cell(cell), "output"), (state_cell(cell, source_chunks), "state")]
-
-    if direction == "forward":
-        return [(dep, kind) for dep, kind in needs(ScheduleCell(*key)) if dep is not None]
-    return [
-        (other.key, kind)
-        for cycle in clock_cycles(source_chunks, target_chunks, layers) for other in cycle
-        for dep, kind in needs(other) if dep == key
-    ]
-
-
-def _cell_transfer(
+def cell_transfer_seconds(
     key: Key, direction: str, layer_device: Sequence[int], output_bytes: Mapping[Key, int],
     state_bytes: int, link: Link,
 ) -> float:
     """Transfer time the cell's own task spends moving its inputs to its device: the
     output of layer l-1 (forward) or the gradient of its output from layer l+1 (backward);
     and, for decoder chunk 0 on a device other than 0, the (h, c) round trip through the
-    master device that ``_initial_state`` makes for the bridge (and its backward)."""
+    master device that ``WavefrontPipeline.forward_cells`` makes for the bridge (and its backward)."""
     side, layer, chunk = key
     cost = 0.0
     if link.bandwidth_bytes_per_s <= 0:
@@ -121,7 +103,7 @@ def simulate_pipeline(
         raise ValueError(f"direction {direction!r}: forward or backward")
 
     def transfer(key: Key) -> float:
-        return _cell_transfer(key, direction, layer_device, output_bytes, state_bytes, link)
+        return cell_transfer_seconds(key, direction, layer_device, output_bytes, state_bytes, link)
 
     if sync == "serial":
         return sum(times[key] + transfer(key) for cycle in cycles for key in cycle)
@@ -142,7 +124,7 @@ def simulate_pipeline(
             for key in cycle:
                 device = layer_device[key[1]]
                 ready = 0.0
-                for dep, _ in _dependencies(key, source_chunks, direction, layers, target_chunks):
+                for dep, _ in dependencies(key, source_chunks, direction, layers, target_chunks):
                     ready = max(ready, finish[dep])
                 start = max(free.get(device, 0.0), ready)
                 finish[key] = start + transfer(key) + times[key]

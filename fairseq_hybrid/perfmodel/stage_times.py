@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import astuple, dataclass
 from typing import Dict, Optional, Sequence, Tuple
 
-from ..parallel.pipeline import Key
+from ..parallel.schedule import Key
 from .sizes import BatchSize, ModelSize
 
 
