@@ -21,11 +21,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence
 
-from fairseq_hybrid.perfmodel.measure import median
+from fairseq_hybrid.planning.measure import median
 
 from .data import sample_data
 from .fairseq_runs import ROOT, USER_DIR, BenchmarkError, run_training
-from .jsonio import write_json_atomic
+from fairseq_hybrid.jsonio import write_json_atomic
 from .scaling import PRESETS, configurations, parse_devices
 
 

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from fairseq_hybrid.tools.jsonio import write_json_atomic
+from fairseq_hybrid.jsonio import write_json_atomic
 
 from .data import sample_data
 from .fairseq_runs import ROOT, USER_DIR, BenchmarkError, TrainConfig, interval_speed, train_command
@@ -62,7 +62,7 @@ def predicted_tokens_per_s(data: str, max_tokens: int) -> Dict[str, Any]:
     batch at ``max_tokens`` measured on one CPU device, the step simulated for cpu,cpu."""
     from fairseq_hybrid.tools.advise import load_task_and_model, measure_batch, parse, representative_batch
     from fairseq_hybrid.plugin.placement_options import check_plan_options
-    from fairseq_hybrid.perfmodel.recommend import predict
+    from fairseq_hybrid.planning.recommend import predict
 
     args = parse([data, "--user-dir", USER_DIR, *shlex.split(MODEL), "--criterion", "hybrid_cross_entropy",
                   "--label-smoothing", "0.1", "--max-tokens", str(max_tokens),

@@ -5,7 +5,7 @@ Training speed: fairseq logs ``train_inner`` records every ``--log-interval`` up
 that interval's target tokens/s (``wps``) and tokens per batch (``wpb``); the first
 interval is warm-up and dropped, the rest give tokens / seconds over the timed updates.
 Peak memory: each process's resident-set high-water mark and, on CUDA, each device's
-``max_memory_allocated``, written at exit by ``fairseq_hybrid.tools.memory_report`` (loaded
+``max_memory_allocated``, written at exit by ``fairseq_hybrid.plugin.memory_report`` (loaded
 with ``--user-dir``) into the directory ``FAIRSEQ_HYBRID_MEMORY_REPORT`` names.
 """
 from __future__ import annotations

@@ -47,7 +47,7 @@ import torch
 from .data import length_stats, synthetic_data
 from .fairseq_runs import BIN, ROOT, USER_DIR, BenchmarkError, TrainConfig, run_training
 from .flops import ModelShape, matmul_flops_per_second, training_flops_per_target_token
-from .jsonio import write_json_atomic
+from fairseq_hybrid.jsonio import write_json_atomic
 from .pipeline_model import pipeline_model_check
 from .scaling import dictionary_size
 
@@ -130,7 +130,7 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
 def equivalence(device: str) -> Tuple[str, Dict[str, Any]]:
     from fairseq import utils
 
-    from fairseq_hybrid.perfmodel import ModelSize
+    from fairseq_hybrid.planning import ModelSize
     from fairseq_hybrid.plugin.criterion import HybridCrossEntropyCriterion
 
     from .models import build_model

@@ -1,6 +1,6 @@
 """The host's side of a hybrid step: the CPU time the one Python process spends issuing each
 pipeline cell, head shard and worker round trip, measured with a model so small that the
-work itself is negligible (``perfmodel/host_bound.py`` charges it; the GPU profiles take
+work itself is negligible (``planning/host_bound.py`` charges it; the GPU profiles take
 its value as an assumption).
 
     python -m benchmarks.host_time [--device cpu] [--devices 4] [--chunks 8] [--steps 20]
@@ -25,9 +25,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from fairseq_hybrid.parallel.worker import DeviceWorkers
-from fairseq_hybrid.perfmodel.sizes import BatchSize, ModelSize
+from fairseq_hybrid.planning.sizes import BatchSize, ModelSize
 
-from .jsonio import write_json_atomic
+from fairseq_hybrid.jsonio import write_json_atomic
 from .models import build_model, synthetic_sample
 
 TINY_MODEL = ModelSize(4, 8, 8, 40, dropout=0.1, dropout_out=0.0)  # the WMT preset's shape of dropout

@@ -1,7 +1,7 @@
 """The benchmarks' model and batch factories: a ``HybridLSTMModel`` of a
-``perfmodel.ModelSize`` built through the plugin's registration (as fairseq builds it), a
-synthetic batch of a ``perfmodel.BatchSize``, and the stage times of such a model measured
-on one device (``perfmodel.measure.measure_model_stage_times``)."""
+``planning.ModelSize`` built through the plugin's registration (as fairseq builds it), a
+synthetic batch of a ``planning.BatchSize``, and the stage times of such a model measured
+on one device (``planning.measure.measure_model_stage_times``)."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -11,9 +11,9 @@ import torch
 from fairseq.data import Dictionary
 
 import fairseq_hybrid  # noqa: F401  (registers model and criterion)
-from fairseq_hybrid.perfmodel.measure import measure_model_stage_times
-from fairseq_hybrid.perfmodel.sizes import BatchSize, ModelSize
-from fairseq_hybrid.perfmodel.stage_times import StageTimes
+from fairseq_hybrid.planning.measure import measure_model_stage_times
+from fairseq_hybrid.planning.sizes import BatchSize, ModelSize
+from fairseq_hybrid.planning.stage_times import StageTimes
 from fairseq_hybrid.plugin.config import HybridLSTMConfig
 from fairseq_hybrid.plugin.hybrid_lstm import HybridLSTMModel
 

@@ -1,7 +1,7 @@
 """A performance model of the hybrid training step: measure one device, simulate N.
 
 The model itself (measurement on one device, the clock-cycle simulator) is
-``fairseq_hybrid.perfmodel``; this module validates and reports it (``run`` / the CLI): the
+``fairseq_hybrid.planning``; this module validates and reports it (``run`` / the CLI): the
 real training step of ``HybridLSTMModel`` with ``hybrid_cross_entropy`` measured on ``cpu``
 and ``cpu,cpu`` (one torch thread per device) against the model's prediction, with and
 without the measured contention between CPU devices; and predictions for more devices (e.g.
@@ -28,14 +28,15 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from fairseq_hybrid.perfmodel import (
-    PRESETS, BatchSize, Link, ModelSize, measure_concurrency, predict_speedups,
+from fairseq_hybrid.chunking.wavefront import Link
+from fairseq_hybrid.planning import (
+    PRESETS, BatchSize, ModelSize, measure_concurrency, predict_speedups,
 )
-from fairseq_hybrid.perfmodel.profiles import GPU_HOST, PROFILES
-from fairseq_hybrid.perfmodel.measure import median
+from fairseq_hybrid.planning.profiles import GPU_HOST, PROFILES
+from fairseq_hybrid.planning.measure import median
 
 from .host_time import measure_host_times
-from .jsonio import write_json_atomic
+from fairseq_hybrid.jsonio import write_json_atomic
 from .models import build_model, measure_stage_times, synthetic_sample
 from .pipeline_profile import (
     check_report, format_check, format_profile_report, measured_report, parse_link,

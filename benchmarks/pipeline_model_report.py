@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Mapping
 
-from fairseq_hybrid.perfmodel import StageTimes
+from fairseq_hybrid.planning import StageTimes
 
 
 def phase_times(parts: Mapping[str, float]) -> Dict[str, float]:

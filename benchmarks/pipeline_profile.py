@@ -1,8 +1,8 @@
 """``python -m benchmarks.pipeline_model --profile NAME``: the performance model for GPUs
 without one (and ``make gpu-check``'s pipeline-model check on one). Stage times come from
 FLOPs and bytes at a named profile's rates
-(``fairseq_hybrid/perfmodel/profiles.py``; ``measured``: this machine's device, measured),
-the head's traffic as the code moves it (``perfmodel/traffic.py``, the engine's ledger),
+(``fairseq_hybrid/planning/profiles.py``; ``measured``: this machine's device, measured),
+the head's traffic as the code moves it (``planning/traffic.py``, the engine's ledger),
 and beside today's hybrid schedule, fairseq's data parallelism (DDP) of the same model at
 the same global batch and at N x the batch. Every assumption is printed with the numbers,
 with the range the least certain ones span, a 25 GB/s (PCIe-class) link row, and the hybrid
@@ -16,14 +16,15 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-from fairseq_hybrid.perfmodel.analytic import stage_times_from_profile
-from fairseq_hybrid.perfmodel.planned import ALTERNATIVE, PLANNED_LADDER, STEPS, planned_speedups
-from fairseq_hybrid.perfmodel.compare import SchemePrediction, compare, compare_profile, fastest
-from fairseq_hybrid.perfmodel.profiles import LINKS, PROFILES, DeviceProfile, sensitivity_variants, with_link
-from fairseq_hybrid.perfmodel.rates import measure_profile
-from fairseq_hybrid.perfmodel.simulate import predict_step
-from fairseq_hybrid.perfmodel.sizes import PRESETS, BatchSize, Link, ModelSize
-from fairseq_hybrid.perfmodel.stage_times import HostTimes
+from fairseq_hybrid.planning.analytic import stage_times_from_profile
+from fairseq_hybrid.planning.planned import ALTERNATIVE, PLANNED_LADDER, STEPS, planned_speedups
+from fairseq_hybrid.planning.compare import SchemePrediction, compare, compare_profile, fastest
+from fairseq_hybrid.planning.profiles import LINKS, PROFILES, DeviceProfile, sensitivity_variants, with_link
+from fairseq_hybrid.planning.rates import measure_profile
+from fairseq_hybrid.planning.step_time import predict_step
+from fairseq_hybrid.chunking.wavefront import Link
+from fairseq_hybrid.planning.sizes import PRESETS, BatchSize, ModelSize
+from fairseq_hybrid.planning.stage_times import HostTimes
 
 from .models import measure_stage_times
 
@@ -94,7 +95,7 @@ def profile_report(profile_name: str, preset: str, device_counts: Sequence[int],
 
 def planned_report(profile: DeviceProfile, model: ModelSize, batch: BatchSize, devices: int,
                    chunk_counts: Sequence[int], links: Dict[str, Link]) -> Dict[str, Any]:
-    """The planned schedule's steps (``perfmodel.planned``), cumulatively, on ``devices``
+    """The planned schedule's steps (``planning.planned``), cumulatively, on ``devices``
     devices over each link, and the whole plan across the sensitivity range."""
     if devices < 2:
         return {}
@@ -181,7 +182,7 @@ def format_profile_report(report: Dict[str, Any]) -> str:
             lines.append(f"  range {title}: {min(values):.2f}x - {max(values):.2f}x")
     planned = report.get("planned")
     if planned:
-        lines += ["", f"the planned schedule (perfmodel/planned.py), {planned['devices']} devices, "
+        lines += ["", f"the planned schedule (planning/planned.py), {planned['devices']} devices, "
                   "steps added one by one:"]
         for label, rows in planned["links"].items():
             lines.append(f"  link {label}:")
@@ -213,7 +214,7 @@ def profile_for(device: str) -> str:
 def check_report(preset: str, repeats: int = 3, threads: int = 1, device: str = "cpu",
                  profile_name: Optional[str] = None, sentences: Optional[int] = None) -> Dict[str, Any]:
     """The FLOP and byte model checked where it can be: stage times from a profile's rates
-    (on the CPU a ``cpu`` profile measured here, ``perfmodel/rates.py``; on a GPU the named
+    (on the CPU a ``cpu`` profile measured here, ``planning/rates.py``; on a GPU the named
     profile closest to it, in bfloat16) against stage times measured directly on
     ``device``, part by part of the one-device step, and the 2-device speedups each
     predicts (the CPU's schedule on CPU devices, the GPU's dataflow on GPUs)."""

@@ -24,7 +24,7 @@ import numpy as np
 
 from .fairseq_runs import BIN, USER_DIR, BenchmarkError
 
-MEMORY_ENV = "FAIRSEQ_HYBRID_MEMORY_REPORT"  # fairseq_hybrid/tools/memory_report.py
+MEMORY_ENV = "FAIRSEQ_HYBRID_MEMORY_REPORT"  # fairseq_hybrid/plugin/memory_report.py
 
 
 @dataclass(frozen=True)

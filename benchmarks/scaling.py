@@ -36,7 +36,7 @@ from .data import length_stats, sample_data, synthetic_data
 from .fairseq_runs import MALLOC_CACHE_ENV, ROOT, BenchmarkError, OutOfMemory, TrainConfig, run_generation, run_training
 from .flops import ModelShape, matmul_flops_per_second, training_flops_per_target_token
 from .head_memory import measure as measure_head_memory
-from .jsonio import write_json_atomic
+from fairseq_hybrid.jsonio import write_json_atomic
 
 
 @dataclass(frozen=True)

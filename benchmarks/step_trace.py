@@ -23,8 +23,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from fairseq_hybrid.perfmodel import PRESETS, BatchSize, ModelSize
-from fairseq_hybrid.perfmodel.measure import median
+from fairseq_hybrid.planning import PRESETS, BatchSize, ModelSize
+from fairseq_hybrid.planning.measure import median
 
 from .models import build_model, synthetic_sample
 
@@ -161,7 +161,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     trace = trace_steps(preset.model, preset.batch, args.devices, args.chunks, args.steps, args.warm_up)
     print(format_trace(trace))
     if args.json:
-        from .jsonio import write_json_atomic
+        from fairseq_hybrid.jsonio import write_json_atomic
         write_json_atomic(trace, args.json)
 
 

@@ -24,11 +24,11 @@ import os
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from fairseq_hybrid.perfmodel.measure import median
+from fairseq_hybrid.planning.measure import median
 
 from .data import sample_data
 from .fairseq_runs import ROOT, TrainConfig, run_training
-from .jsonio import write_json_atomic
+from fairseq_hybrid.jsonio import write_json_atomic
 from .scaling import PRESETS
 
 BASELINES = ("lstm-ddp-torch", "lstm-ddp-legacy")

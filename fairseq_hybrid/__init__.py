@@ -1,23 +1,26 @@
 """fairseq_hybrid: a fairseq ``--user-dir`` plugin for attention LSTM translation models
 trained with hybrid data-model parallelism (Ono, Utiyama, Sumita 2019, arXiv 1909.00562).
 
-Layers, each importing only the ones before it:
+Layers, lowest first: each imports only from the rows below it, and the two units of one
+row not from each other (``tests/test_layering.py`` holds the code to this table):
 
-    errors      the one exception type
-    model/      the network (nn code only: encoder, decoder, head, loss)
-    parallel/   the engine: placement, workers, wavefront pipeline, head shards
-    perfmodel/  measure, simulate, choose chunks (reads parallel's schedule)
-    plugin/     what fairseq sees: registration, config, criterion, patches, Hydra
-    tools/      the advisor and small utilities for the benchmarks
+    errors, jsonio      the error types (bad input, runtime failure); the one JSON writer
+    model/              the network (nn code only: encoder, decoder, head, loss)
+    parallel/           the engine: placement, schedule, workers, wavefront pipeline, head shards
+    chunking/           --pipeline-chunks auto: time the cells, simulate the wavefront, choose K
+    plugin/, planning/  what runs inside fairseq: registration, config, criterion, patches,
+                        Hydra; beside it, what only plans: step predictions, GPU profiles,
+                        the planned schedules, the comparison with DDP, the advisor's advice
+    tools/              the command-line tools: the advisor, the checkpoint converter
 
 Importing the package registers the ``hybrid_lstm`` model (and its presets), the
 ``hybrid_cross_entropy`` criterion and the ``torch_adam`` optimizer with fairseq, and
 patches fairseq (``plugin/fairseq_patches.py``, all in one module). With
 ``FAIRSEQ_HYBRID_MEMORY_REPORT`` set, the process writes its peak memory at exit for the
-benchmarks (``tools/memory_report.py``).
+benchmarks (``plugin/memory_report.py``).
 """
 from .plugin import fairseq_patches
-from .tools.memory_report import install_from_environment
+from .plugin.memory_report import install_from_environment
 
 fairseq_patches.apply()
 install_from_environment()

@@ -7,14 +7,14 @@ import subprocess
 import pytest
 
 from fairseq_hybrid.tools.advice_report import command_line
-from fairseq_hybrid.tools.jsonio import write_json_atomic
-from fairseq_hybrid.perfmodel.chunk_choice import LinearCost, cell_times_for
-from fairseq_hybrid.perfmodel.recommend import (
+from fairseq_hybrid.jsonio import write_json_atomic
+from fairseq_hybrid.chunking.chunk_choice import LinearCost, cell_times_for
+from fairseq_hybrid.planning.recommend import (
     Prediction, allreduce_s, batch_knee, best_balance, best_chunks, device_knee, memory_limit, replica_knee,
     with_fitted_cells,
 )
-from fairseq_hybrid.perfmodel.sizes import BatchSize, ModelSize
-from fairseq_hybrid.perfmodel.stage_times import StageTimes
+from fairseq_hybrid.planning.sizes import BatchSize, ModelSize
+from fairseq_hybrid.planning.stage_times import StageTimes
 
 
 def stage_from_costs(layers=4, overhead=0.001, per_step=0.002, layer_factor=None, sentences=64, length=30):

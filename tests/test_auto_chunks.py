@@ -10,7 +10,7 @@ import torch
 from fairseq_hybrid.errors import HybridConfigError
 from fairseq_hybrid.plugin.fairseq_patches import chunks_argument
 from fairseq_hybrid.parallel.placement import PlacementOptions, chunks_to_choose, parse_chunks, plan_for
-from fairseq_hybrid.perfmodel.chunk_choice import (
+from fairseq_hybrid.chunking.chunk_choice import (
     LinearCost, cell_times_for, choose_chunks, fit_cell_costs, fit_linear,
 )
 from helpers import loss_and_grads, make_batch, make_dictionary, make_model, make_task, random_lengths
@@ -149,7 +149,7 @@ def test_fairseq_train_auto_equals_the_k_it_chose_update_for_update(sample_data,
 
 
 def test_the_measurement_leaves_gradients_and_random_state_alone():
-    from fairseq_hybrid.perfmodel.auto_chunks import choose_for_batch
+    from fairseq_hybrid.chunking.auto_chunks import choose_for_batch
 
     dictionary = make_dictionary()
     model = make_model(dictionary, dtype=torch.float64, dropout=0.3).train()

@@ -180,7 +180,7 @@ def test_step_trace_splits_a_two_device_step_into_its_phases(monkeypatch, capsys
     worker's busy time in a phase is within that phase's wall time, and the phases, the
     serial part and the update add up to the step."""
     from benchmarks import step_trace
-    from fairseq_hybrid.perfmodel import BatchSize, ModelSize
+    from fairseq_hybrid.planning import BatchSize, ModelSize
 
     records = []
     real_row = step_trace.step_row

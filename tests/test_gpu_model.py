@@ -1,4 +1,4 @@
-"""The GPU performance model (perfmodel/profiles.py, analytic.py, compare.py): stage times
+"""The GPU performance model (planning/profiles.py, analytic.py, compare.py): stage times
 from FLOPs and bytes against hand computations, parameter counts against a real model,
 DDP against its own definition, and the profile report a user runs."""
 import json
@@ -9,19 +9,20 @@ from dataclasses import replace
 import pytest
 
 
-from fairseq_hybrid.perfmodel.analytic import (
+from fairseq_hybrid.planning.analytic import (
     head_seconds, lstm_cell_seconds, parameter_counts, recurrent_seconds, stage_times_from_profile,
 )
-from fairseq_hybrid.perfmodel.compare import allreduce_seconds, compare_profile, ddp_step
-from fairseq_hybrid.perfmodel.lstm_published import (
+from fairseq_hybrid.planning.compare import allreduce_seconds, compare_profile, ddp_step
+from fairseq_hybrid.planning.lstm_published import (
     FP16_TENSOR_OP, V100_TIMINGS, SaturatingCurve, select,
 )
-from fairseq_hybrid.perfmodel.profiles import (
+from fairseq_hybrid.planning.profiles import (
     PROFILES, DeviceProfile, LstmCurves, rate, sensitivity_variants,
 )
-from fairseq_hybrid.perfmodel.simulate import head_traffic_seconds, predict_step, step_shapes
-from fairseq_hybrid.perfmodel.sizes import BatchSize, Link, ModelSize
-from fairseq_hybrid.perfmodel.traffic import today
+from fairseq_hybrid.planning.step_time import head_traffic_seconds, predict_step, step_shapes
+from fairseq_hybrid.chunking.wavefront import Link
+from fairseq_hybrid.planning.sizes import BatchSize, ModelSize
+from fairseq_hybrid.planning.traffic import step_traffic
 from helpers import make_dictionary, make_model
 
 # round numbers: forward half rate at 10 sentences, training (3x the FLOPs) at 20
@@ -112,7 +113,7 @@ def test_parameter_counts_match_a_real_model():
 def test_the_head_traffic_is_its_slices_one_by_one_and_two_ring_collectives():
     model, batch = ModelSize(4, 8, 6, 30, decoder_hidden=10), BatchSize(7, 5, 4)
     stage = stage_times_from_profile(model, batch, FLAT, [1, 2], [1, 4])
-    routes = today((0, 1, 2, 3), 4, step_shapes(stage))
+    routes = step_traffic((0, 1, 2, 3), 4, step_shapes(stage))
     params = stage.head_param_bytes
     expected = 0.0
     for (_, destination, phase), n in routes.items():
@@ -220,7 +221,7 @@ def test_options_the_chosen_mode_would_ignore_are_one_line_errors(args, message)
 
 
 def test_a_measured_profile_has_positive_rates_and_feeds_the_analytic_model():
-    from fairseq_hybrid.perfmodel.rates import measure_profile
+    from fairseq_hybrid.planning.rates import measure_profile
 
     model, batch = ModelSize(2, 16, 16, 50), BatchSize(4, 3, 3)
     profile = measure_profile(model, batch, "cpu", threads=1, repeats=1)

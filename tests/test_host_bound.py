@@ -1,4 +1,4 @@
-"""The host bound (perfmodel/host_bound.py): one Python process issues every device's
+"""The host bound (planning/host_bound.py): one Python process issues every device's
 tasks, serialised by the interpreter lock. Its counts of tasks against the engine's real
 ones (benchmarks/host_time.py records them), its pacing against hand computations, and
 the steps it applies to."""
@@ -7,15 +7,16 @@ from dataclasses import replace
 import pytest
 
 from benchmarks.host_time import KINDS, measure_host_times, task_kind
-from fairseq_hybrid.perfmodel.analytic import stage_times_from_profile
-from fairseq_hybrid.perfmodel.host_bound import (
+from fairseq_hybrid.planning.analytic import stage_times_from_profile
+from fairseq_hybrid.planning.host_bound import (
     PHASES, head_host_seconds, host_phases, host_wait, paced_step, pipeline_host_seconds,
 )
-from fairseq_hybrid.perfmodel.planned import predict_planned_step
-from fairseq_hybrid.perfmodel.profiles import PROFILES
-from fairseq_hybrid.perfmodel.simulate import predict_step
-from fairseq_hybrid.perfmodel.sizes import BatchSize, Link, ModelSize
-from fairseq_hybrid.perfmodel.stage_times import HostTimes
+from fairseq_hybrid.planning.planned import predict_planned_step
+from fairseq_hybrid.planning.profiles import PROFILES
+from fairseq_hybrid.planning.step_time import predict_step
+from fairseq_hybrid.chunking.wavefront import Link
+from fairseq_hybrid.planning.sizes import BatchSize, ModelSize
+from fairseq_hybrid.planning.stage_times import HostTimes
 
 MODEL, BATCH = ModelSize(2, 8, 6, 30), BatchSize(4, 5, 5)
 LINK = Link(50e9, 10e-6)

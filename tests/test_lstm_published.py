@@ -1,5 +1,5 @@
 """The published cuDNN LSTM timings and the saturating curve fitted to them
-(fairseq_hybrid/perfmodel/lstm_published.py): the transcription against the spreadsheet's
+(fairseq_hybrid/planning/lstm_published.py): the transcription against the spreadsheet's
 own totals and TFLOP/s, the fit against known parameters and against the points, the
 carry-over rule, and the refusals."""
 import math
@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from fairseq_hybrid.perfmodel.analytic import lstm_flops_per_token
-from fairseq_hybrid.perfmodel.lstm_published import (
+from fairseq_hybrid.planning.analytic import lstm_flops_per_token
+from fairseq_hybrid.planning.lstm_published import (
     DATASHEETS, DEEPBENCH_COMMIT, FP16_TENSOR_OP, FP32, V100_TIMINGS, PublishedLstmTiming,
     SaturatingCurve, carry_over, comparison_table, fit_saturating, lstm_curves, select)
 

@@ -1,4 +1,4 @@
-"""The pipeline performance model (fairseq_hybrid/perfmodel/): the simulator against
+"""The pipeline performance model (chunking/wavefront.py, planning/): the simulator against
 schedules worked out by hand, the step prediction's invariants, and the one-device
 measurement on a tiny model. No timing assertions (speed lives in benchmarks/)."""
 import os
@@ -9,9 +9,9 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.models import measure_stage_times  # noqa: E402
-from fairseq_hybrid.perfmodel import (  # noqa: E402
-    BatchSize, CellTimes, Link, ModelSize, StageTimes, layer_map, predict_speedups,
-    predict_step, simulate_pipeline,
+from fairseq_hybrid.chunking.wavefront import CellTimes, Link, simulate_pipeline  # noqa: E402
+from fairseq_hybrid.planning import (  # noqa: E402
+    BatchSize, ModelSize, StageTimes, layer_map, predict_speedups, predict_step,
 )
 
 ENC, DEC = "encoder", "decoder"
@@ -198,7 +198,7 @@ def test_concurrency_probe_runs_both_workloads_and_names_a_bad_one(workload):
     it, as the contention column of the pipeline model's validation)."""
     import math
 
-    from fairseq_hybrid.perfmodel import measure_concurrency
+    from fairseq_hybrid.planning import measure_concurrency
 
     ratio = measure_concurrency(ModelSize(1, 8, 8, 30), BatchSize(4, 3, 3), 2, 1, workload)
     assert math.isfinite(ratio) and ratio > 0

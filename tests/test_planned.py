@@ -1,21 +1,21 @@
-"""The planned schedule's model (perfmodel/planned.py): its dataflow simulation against hand
+"""The planned schedule's model (planning/planned.py): its dataflow simulation against hand
 computations and against the simulator of today's schedule, and each step's charges."""
 import dataclasses
 
 import pytest
 
-from fairseq_hybrid.perfmodel.analytic import stage_times_from_profile
-from fairseq_hybrid.perfmodel.compare import allreduce_seconds, compare_profile
-from fairseq_hybrid.perfmodel.planned import (
+from fairseq_hybrid.planning.analytic import stage_times_from_profile
+from fairseq_hybrid.planning.compare import allreduce_seconds, compare_profile
+from fairseq_hybrid.planning.planned import (
     STEPS, finish_times, planned_speedups, predict_planned_step,
     wavefront_with_head,
 )
-from fairseq_hybrid.perfmodel.profiles import PROFILES
-from fairseq_hybrid.perfmodel.simulate import (collective_seconds, head_slice_seconds, pipeline_makespans,
-                                               predict_step, step_shapes)
-from fairseq_hybrid.perfmodel.sizes import BatchSize, Link, ModelSize, layer_map
-from fairseq_hybrid.perfmodel.stage_times import HostTimes
-from fairseq_hybrid.perfmodel.traffic import today
+from fairseq_hybrid.planning.profiles import PROFILES
+from fairseq_hybrid.planning.step_time import collective_seconds, head_slice_seconds, predict_step, step_shapes
+from fairseq_hybrid.chunking.wavefront import Link, pipeline_makespans
+from fairseq_hybrid.planning.sizes import BatchSize, ModelSize, layer_map
+from fairseq_hybrid.planning.stage_times import HostTimes
+from fairseq_hybrid.planning.traffic import step_traffic
 
 # the devices' side of each step; the host's pace is tests/test_host_bound.py's
 PROFILE = dataclasses.replace(PROFILES["h100-sxm"], host=HostTimes(0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
@@ -77,7 +77,7 @@ def test_the_head_inside_the_wavefront_costs_at_least_its_share_of_work(stage):
 
 def test_replicas_drop_the_parameter_copies_and_charge_an_overlapped_allreduce(stage):
     mapping = layer_map(4, MODEL.layers)
-    routes = today(mapping, 4, step_shapes(stage))
+    routes = step_traffic(mapping, 4, step_shapes(stage))
     kept = 0.0
     for (src, dst, phase), n in routes.items():
         if phase in ("head_forward", "head_backward"):

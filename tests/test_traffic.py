@@ -1,11 +1,11 @@
 """The transfer ledger (parallel/transfer.py) against the performance model's bytes
-(perfmodel/traffic.py): for 2 and 4 CPU devices x K = 1..4, what a real training step
+(planning/traffic.py): for 2 and 4 CPU devices x K = 1..4, what a real training step
 records per (source, destination, phase) equals what the model charges, route by route."""
 import pytest
 import torch
 
 from fairseq_hybrid.parallel.transfer import PHASES, TransferLedger, Transfers
-from fairseq_hybrid.perfmodel.traffic import StepShapes, today
+from fairseq_hybrid.planning.traffic import StepShapes, step_traffic
 from fairseq_hybrid.plugin.criterion import HybridCrossEntropyCriterion
 from helpers import make_batch, make_dictionary, make_model, make_task, random_lengths
 
@@ -48,7 +48,7 @@ def test_the_model_charges_exactly_what_a_real_step_copies(devices, chunks):
         plan = model.runtime.engine.plan
     finally:
         model.runtime.close()
-    predicted = today(plan.layer_device, devices, shapes_of(model, batch, dictionary))
+    predicted = step_traffic(plan.layer_device, devices, shapes_of(model, batch, dictionary))
     assert recorded == predicted
     assert by_phase(recorded) == set(PHASES)  # every phase moved something
 
@@ -72,7 +72,7 @@ def test_one_device_moves_nothing_and_the_unsplit_head_only_takes_the_targets():
         finally:
             model.runtime.close()
         shapes = shapes_of(model, batch, dictionary)
-        assert recorded == today(plan.layer_device, plan.num_devices, shapes, split_head=split)
+        assert recorded == step_traffic(plan.layer_device, plan.num_devices, shapes, split_head=split)
         assert by_phase(recorded) == expected_phases
 
 

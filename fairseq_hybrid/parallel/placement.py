@@ -24,7 +24,7 @@ DEVICES_OPTION = "--hybrid-devices"
 REPEAT_OPTION = "--hybrid-allow-repeated-devices"
 BALANCE_OPTION = "--hybrid-balance"
 CHUNKS_OPTION = "--pipeline-chunks"
-AUTO = "auto"  # --pipeline-chunks auto: chosen by the performance model (perfmodel/auto_chunks.py)
+AUTO = "auto"  # --pipeline-chunks auto: chosen by the performance model (chunking/auto_chunks.py)
 ChunkSetting = Union[int, Literal["auto"]]  # --pipeline-chunks, parsed once (parse_chunks)
 
 

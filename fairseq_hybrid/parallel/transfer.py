@@ -2,7 +2,7 @@
 records it in a ``TransferLedger``: bytes and copies per (source device index,
 destination device index, phase). Devices are told apart by their index in the plan, so
 the ledger counts the same traffic on CPU devices (where the copy itself is free) as on
-GPUs. The performance model charges the bytes of the same plan (``perfmodel/traffic.py``,
+GPUs. The performance model charges the bytes of the same plan (``planning/traffic.py``,
 tested equal to this ledger) instead of a guess.
 
 Phases, in the order today's step runs them:

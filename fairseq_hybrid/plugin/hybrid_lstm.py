@@ -22,7 +22,7 @@ from ..model.initialized_layers import embedding
 from ..model.network import HybridLSTMNetwork
 from ..parallel.placement import PlacementOptions
 from ..parallel.runtime import HybridRuntime
-from ..perfmodel.auto_chunks import choose_for_batch
+from ..chunking.auto_chunks import choose_for_batch
 from .checks import check_state_dict, run_checks
 from .config import (
     BASE_PRESET,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from typing import Any, Dict, List, Optional, Sequence
 
-from ..perfmodel.recommend import GAIN_THRESHOLD, MEMORY_HEADROOM, Prediction, ReplicaAdvice
+from ..planning.recommend import GAIN_THRESHOLD, MEMORY_HEADROOM, Prediction, ReplicaAdvice
 
 ADVISOR_OPTIONS = ("--link-gbps", "--link-latency-us", "--advice-json")
 REPLICA_LIMIT = 256  # replica counts tried

@@ -3,7 +3,7 @@ directory and the same options as ``fairseq-train`` (parsed by fairseq's own par
 the plugin's parse-time checks), measures the real model on real batches of the training
 split on the first device (a short measurement, per-cell and per-stage), and recommends
 ``--pipeline-chunks``, ``--hybrid-balance``, ``--max-tokens``, the device count and the
-data-parallel replica count from the performance model (``perfmodel.recommend``), each with
+data-parallel replica count from the performance model (``planning.recommend``), each with
 its predicted target tokens/s. It then times a few real steps of the recommended
 configuration on the given devices to report the model's error there, prints the table and
 the ``fairseq-train`` command line with the choices filled in, and writes the report as
@@ -29,19 +29,20 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 from .advice_report import REPLICA_LIMIT, command_line, format_report, recommendation_rows
 from ..errors import HybridConfigError
-from .jsonio import write_json_atomic
-from ..perfmodel.auto_chunks import probe_chunks
+from ..chunking.auto_chunks import probe_chunks
+from ..jsonio import write_json_atomic
 from ..parallel.placement import PlacementPlan
 from ..plugin.placement_options import check_plan_options
 from ..parallel.worker import cpu_threads_per_worker
-from ..perfmodel.measure import measure_model_stage_times
-from ..perfmodel.compare import ddp_step
-from ..perfmodel.recommend import (
+from ..planning.measure import measure_model_stage_times
+from ..planning.compare import ddp_step
+from ..planning.recommend import (
     Prediction, batch_knee, best_balance, best_chunks, device_knee, memory_limit, replica_knee,
     with_fitted_cells,
 )
-from ..perfmodel.sizes import BatchSize, Link, ModelSize
-from ..perfmodel.stage_times import StageTimes
+from ..chunking.wavefront import Link
+from ..planning.sizes import BatchSize, ModelSize
+from ..planning.stage_times import StageTimes
 
 logger = logging.getLogger(__name__)
 # between the devices of one machine (the cuda schedule's transfers); CPU devices share memory

@@ -1,6 +1,6 @@
 """The bytes one training step moves between devices, per (source index, destination
 index, phase) — the routes ``parallel/transfer.py``'s ledger records — for a plan and the
-step's shapes, without running it. ``today``: the schedule the engine runs now (each head
+step's shapes, without running it (``step_traffic``), as the engine schedules it (each head
 shard's slices of H and S straight from the top layers' device and their gradients
 straight back; targets and masks from device 0; the head's parameters broadcast from the
 master head's device — the top layers' — to each replica and the replicas' gradients
@@ -44,9 +44,9 @@ class StepShapes:
         return list(self.tokens_per_sentence or (self.target_len,) * self.sentences)
 
 
-def today(layer_device: Sequence[int], num_devices: int, shapes: StepShapes,
-          split_head: bool = True) -> Dict[Route, int]:
-    """Bytes per route of one training step of today's schedule (no input feeding: the
+def step_traffic(layer_device: Sequence[int], num_devices: int, shapes: StepShapes,
+                 split_head: bool = True) -> Dict[Route, int]:
+    """Bytes per route of one training step as the engine runs it (no input feeding: the
     master head with the top layers, as the plan puts it)."""
     routes: Dict[Route, int] = defaultdict(int)
 

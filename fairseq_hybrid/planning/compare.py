@@ -17,8 +17,9 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from .analytic import stage_times_from_profile
 from .profiles import DeviceProfile, with_link
-from .simulate import predict_step
-from .sizes import BatchSize, Link, ModelSize
+from ..chunking.wavefront import Link
+from .sizes import BatchSize, ModelSize
+from .step_time import predict_step
 from .stage_times import StageTimes
 
 BUCKET_BYTES = 25 * 2**20  # torch DDP's default bucket_cap_mb

@@ -46,19 +46,6 @@ class BatchSize:
 
 
 @dataclass(frozen=True)
-class Link:
-    """A device-to-device transfer: ``latency_s + bytes / bandwidth`` (bandwidth 0 = free,
-    as for CPU devices sharing memory)."""
-    bandwidth_bytes_per_s: float = 0.0
-    latency_s: float = 0.0
-
-    def cost(self, nbytes: float, count: int = 1) -> float:
-        if self.bandwidth_bytes_per_s <= 0:
-            return 0.0
-        return count * self.latency_s + nbytes / self.bandwidth_bytes_per_s
-
-
-@dataclass(frozen=True)
 class Preset:
     model: ModelSize
     batch: BatchSize  # measured on this CPU

@@ -4,7 +4,7 @@ A cell's time is fitted as ``overhead + per_step * steps``: a fixed cost per (la
 chunk) call (launch, Python, the copies of its state) and a cost per time step of the
 chunk (``steps`` time steps of every sentence of the batch). More chunks shorten the
 pipeline's fill and drain but pay the overhead once per chunk; the simulator of the
-schedule the code issues (``simulate.simulate_pipeline``) weighs the two for each
+schedule the code issues (``wavefront.simulate_pipeline``) weighs the two for each
 candidate K, and ``choose_chunks`` takes the fastest.
 
 Only the pipeline (the LSTM layers' forward and backward) depends on K: embeddings, the
@@ -15,10 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
-from .simulate import pipeline_makespans
 from ..parallel.schedule import Key, chunk_bounds
-from .sizes import Link
-from .stage_times import CellTimes
+from .wavefront import CellTimes, Link, pipeline_makespans
 
 CostKey = Tuple[str, int, str]  # (side, layer, "forward" | "backward")
 CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -139,7 +137,7 @@ def pipeline_seconds(
     cycle_overhead: float = 0.0, link: Link = Link(),
     slowdown: Optional[Mapping[int, float]] = None,
 ) -> float:
-    """Predicted forward + backward seconds of the pipeline (as ``simulate.predict_step``
+    """Predicted forward + backward seconds of the pipeline (as ``planning.step_time.predict_step``
     runs it: on one CPU device K = 1 is the plain model, one autograd thread backward)."""
     return sum(pipeline_makespans(cells, layer_device, schedule, cycle_overhead, link, slowdown))
 

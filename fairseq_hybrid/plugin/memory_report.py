@@ -8,7 +8,6 @@ fairseq's own models are measured the same way. Nothing happens without the vari
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import resource
 import sys
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import Dict
 
 import torch
+
+from ..jsonio import write_json_atomic
 
 ENV_VAR = "FAIRSEQ_HYBRID_MEMORY_REPORT"
 
@@ -35,10 +36,7 @@ def peak_memory() -> Dict[str, object]:
 
 
 def write_report(directory: str) -> None:
-    target = Path(directory) / f"{os.getpid()}.json"
-    temporary = target.with_suffix(".tmp")
-    temporary.write_text(json.dumps(peak_memory()))
-    os.replace(temporary, target)
+    write_json_atomic(peak_memory(), Path(directory) / f"{os.getpid()}.json")
 
 
 _installed = False

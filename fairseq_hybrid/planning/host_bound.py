@@ -31,7 +31,8 @@ from __future__ import annotations
 from typing import Dict, Mapping, Sequence, Tuple
 
 from ..parallel.schedule import clock_cycles
-from .stage_times import CellTimes, HostTimes, StageTimes
+from ..chunking.wavefront import CellTimes
+from .stage_times import HostTimes, StageTimes
 
 PHASES = ("embeddings_forward", "pipeline_forward", "head", "pipeline_backward", "update")
 PHASE_OF_PART: Dict[str, int] = {

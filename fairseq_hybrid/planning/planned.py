@@ -1,5 +1,5 @@
 """The planned schedule (issue 21), one step at a time, from the same stage times, link and
-simulator as today's (``simulate.predict_step``, GPUs: dataflow) — so each step's modelled
+simulator as today's (``step_time.predict_step``, GPUs: dataflow) — so each step's modelled
 gain is known before it is built, and nothing is credited that the step does not remove.
 
 Steps (each on top of today's schedule; any subset):
@@ -47,8 +47,9 @@ from ..parallel.schedule import DECODER, ENCODER, Key, chunk_bounds, clock_cycle
 from ..parallel.placement import shard_bounds
 from .compare import BUCKET_BYTES, allreduce_seconds
 from .host_bound import host_phases, host_wait
-from .simulate import cell_transfer_seconds, collective_seconds, head_slice_seconds, predict_step
-from .sizes import Link, layer_map
+from ..chunking.wavefront import Link, cell_transfer_seconds
+from .sizes import layer_map
+from .step_time import collective_seconds, head_slice_seconds, predict_step
 from .stage_times import StageTimes
 
 STEPS = ("replicas", "balanced_optimizer", "head_in_wavefront")  # issue 21's plan, in full

@@ -22,7 +22,8 @@ from typing import Dict, Sequence, Tuple
 from ..parallel.schedule import DECODER, ENCODER, Key, chunk_bounds
 from .profiles import DeviceProfile
 from .sizes import BatchSize, ModelSize
-from .stage_times import CellTimes, StageTimes
+from ..chunking.wavefront import CellTimes
+from .stage_times import StageTimes
 
 LOGIT_BYTES_16BIT = (12, 30)  # forward, backward bytes per logit (see the module docstring)
 LOGIT_BYTES_32BIT = (16, 24)

@@ -1,13 +1,13 @@
-"""What one device's measurement yields and the simulator reads: per-cell forward and
-backward times for each chunk count (``CellTimes``), every other stage of the step
-(``StageTimes``), and the host's time to issue each task (``HostTimes``: a profile's, or
+"""What one device's measurement yields and the step model reads: every stage of the step
+(``StageTimes``, the pipeline's cells as ``chunking.cell_timing.CellTimes`` for each
+chunk count), and the host's time to issue each task (``HostTimes``: a profile's, or
 none where the times were measured)."""
 from __future__ import annotations
 
 from dataclasses import astuple, dataclass
 from typing import Dict, Optional, Sequence, Tuple
 
-from ..parallel.schedule import Key
+from ..chunking.cell_timing import CellTimes
 from .sizes import BatchSize, ModelSize
 
 
@@ -26,21 +26,6 @@ class HostTimes:
 
     def scaled(self, factor: float) -> "HostTimes":
         return HostTimes(*(factor * value for value in astuple(self)))
-
-
-@dataclass
-class CellTimes:
-    """One chunk count K on one device: per cell forward/backward seconds (median of the
-    repeats) and the bytes of each cell's output (what layer l+1 reads) and of one
-    layer's (h, c) state."""
-    chunks: int
-    source_chunks: int
-    target_chunks: int
-    layers: int
-    forward: Dict[Key, float]
-    backward: Dict[Key, float]
-    output_bytes: Dict[Key, int]
-    state_bytes: int
 
 
 @dataclass

@@ -1,6 +1,6 @@
-"""The project's one way to write a JSON report (the advisor's, the benchmarks'): written to
-a temporary file in the destination folder, then renamed over the destination, so a reader
-(or an interrupted run) never sees half a file."""
+"""The project's one way to write a JSON file (the advisor's report, the benchmarks', each
+process's peak memory): written to a temporary file in the destination folder, then
+renamed over the destination, so a reader (or an interrupted run) never sees half a file."""
 from __future__ import annotations
 
 import json

@@ -18,12 +18,12 @@ from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..parallel.split import even_sizes
-from .chunk_choice import (
+from ..chunking.chunk_choice import (
     CANDIDATES, candidate_chunks, cell_times_for, chunk_lengths, fit_cell_costs,
     simplest_within,
 )
-from .simulate import predict_step
-from .sizes import Link
+from ..chunking.wavefront import Link
+from .step_time import predict_step
 from .stage_times import StageTimes
 
 GAIN_THRESHOLD = 0.05  # "stops improving": the next step up gains less than this

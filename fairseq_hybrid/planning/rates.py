@@ -16,10 +16,11 @@ from ..model.dropout import dropout_mask
 from ..model.initialized_layers import lstm_layer
 from ..model.lstm_stack import run_layer
 from .analytic import PRE_ACTIVATION_EXTRA_ELEMENTS, lstm_flops_per_token
-from .cell_timing import device_clock
+from ..chunking.cell_timing import device_clock
+from ..chunking.wavefront import Link
 from .lstm_published import SaturatingCurve
 from .profiles import DeviceProfile, LstmCurves
-from .sizes import BatchSize, Link, ModelSize
+from .sizes import BatchSize, ModelSize
 
 
 def _median_seconds(fn: Callable[[], None], clock: Callable[[], float], repeats: int,

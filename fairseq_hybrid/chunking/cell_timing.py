@@ -1,12 +1,11 @@
 """Timing every (side, layer, chunk) cell of the wavefront, forward and backward, through
 the pipeline's own ``forward_cells``/``backward_cells``: a worker stand-in runs the cells one
 at a time (inline on the calling thread, or each on its own device's worker thread) and
-records each one's seconds. Used on one device by ``measure`` (the benchmark's model) and
-on the real model's devices by ``perfmodel.auto_chunks`` (``--pipeline-chunks auto``)."""
+records each one's seconds (a ``wavefront.CellTimes``). Used on the real model's devices by
+``auto_chunks`` (``--pipeline-chunks auto``) and on one device by ``planning.measure``."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -15,6 +14,7 @@ from ..parallel.interface import HybridModel
 from ..parallel.pipeline import WavefrontPipeline
 from ..parallel.placement import PlacementPlan
 from ..parallel.schedule import DECODER, ENCODER, Key, ScheduleCell, chunk_bounds, clock_cycles, describe
+from .wavefront import CellTimes
 
 
 def device_clock(device: torch.device) -> Callable[[], float]:
@@ -77,21 +77,10 @@ def _check_issue_order(records: Sequence[Tuple[str, float]], expected: Sequence[
         )
 
 
-@dataclass
-class CellTiming:
-    """One forward and backward of every cell at one chunk count."""
-    forward: Dict[Key, float]
-    backward: Dict[Key, float]
-    output_bytes: Dict[Key, int]
-    state_bytes: int
-    source_chunks: int
-    target_chunks: int
-
-
 def time_cells(
     model: HybridModel, plan: PlacementPlan, workers: TimingWorkers, source: torch.Tensor, lengths: torch.Tensor,
     target: Optional[torch.Tensor], masks: Dict[str, List[Optional[torch.Tensor]]],
-) -> CellTiming:
+) -> CellTimes:
     """Time one forward and one backward of every cell of ``model``'s pipeline over
     ``plan`` (its devices and ``plan.chunks``), with ``workers`` running the cells.
     ``source``/``target``: embedded inputs (time x batch x dim; ``target`` None = the
@@ -139,5 +128,5 @@ def time_cells(
     _check_issue_order(cell_records,
                        ["backward of " + describe(c) for cycle in reversed(cycles) for c in cycle])
     backward = {key: seconds for key, (_, seconds) in zip(reverse_order, cell_records)}
-    return CellTiming(forward, backward, output_bytes, state_bytes,
-                      len(spans[ENCODER]), len(spans[DECODER]))
+    return CellTimes(plan.chunks, len(spans[ENCODER]), len(spans[DECODER]), layers, forward,
+                     backward, output_bytes, state_bytes)

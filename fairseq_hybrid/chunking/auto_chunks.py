@@ -1,6 +1,6 @@
 """``--pipeline-chunks auto``: before the first update, time the real model's cells on the
 real devices at the first batch's shapes, fit each cell's per-chunk overhead and per-step
-cost (``perfmodel.chunk_choice``), and take the K the performance model predicts fastest.
+cost (``chunk_choice``), and take the K the wavefront simulator predicts fastest.
 
 The measurement leaves training exactly as it was: the random number generators are
 forked (the dropout masks it draws are not the run's), the parameters' gradients are
@@ -18,7 +18,7 @@ import torch
 
 from .cell_timing import TimingWorkers, time_cells
 from .chunk_choice import ChunkChoice, candidate_chunks, choose_chunks, fit_cell_costs
-from .stage_times import CellTimes
+from .wavefront import CellTimes
 from ..parallel.interface import HybridModel
 from ..parallel.pipeline import pipeline_inputs
 from ..parallel.placement import PlacementPlan

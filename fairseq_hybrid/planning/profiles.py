@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Dict, List, Tuple
 
 from .lstm_published import PUBLISHED_HIDDEN, SaturatingCurve, lstm_curves
-from .sizes import Link
+from ..chunking.wavefront import Link
 from .stage_times import HostTimes
 
 

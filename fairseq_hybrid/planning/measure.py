@@ -23,10 +23,11 @@ from ..parallel.pipeline import pipeline_inputs
 from ..parallel.placement import build_plan
 from ..parallel.schedule import Key
 from ..parallel.worker import DeviceWorkers
-from .auto_chunks import run_all_overhead
-from .cell_timing import TimingWorkers, device_clock, time_cells
+from ..chunking.auto_chunks import run_all_overhead
+from ..chunking.cell_timing import TimingWorkers, device_clock, time_cells
+from ..chunking.wavefront import CellTimes
 from .sizes import BatchSize, ModelSize
-from .stage_times import CellTimes, StageTimes
+from .stage_times import StageTimes
 
 
 def median(values: Iterable[float]) -> float:
