@@ -8,7 +8,7 @@ import torch
 from fairseq import checkpoint_utils
 
 import fairseq_hybrid  # noqa: F401  (installs the checkpoint patches)
-from fairseq_hybrid.errors import HybridConfigError
+from fairseq_hybrid.errors import HybridConfigError, HybridRuntimeError
 from fairseq_hybrid.plugin import checkpoints, stops
 
 
@@ -39,7 +39,7 @@ def test_a_failed_write_leaves_no_temporary_and_names_the_bytes(tmp_path, monkey
 
     real_save = torch.save
     monkeypatch.setattr(torch, "save", full_disk)
-    with pytest.raises(HybridConfigError, match="No space left on device|bytes") as error:
+    with pytest.raises(HybridRuntimeError, match="No space left on device|bytes") as error:
         checkpoints.atomic_save({"model": {"w": torch.ones(3)}}, str(target))
     assert str(tmp_path) in str(error.value) and "no checkpoint was written" in str(error.value)
     assert os.listdir(tmp_path) == []

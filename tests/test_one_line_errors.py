@@ -15,7 +15,7 @@ import pytest
 
 import fairseq_hybrid  # noqa: F401  (installs the patches)
 from cli import REPO, USER_DIR, model_args, prepared_sample, run_tool, train_args
-from fairseq_hybrid.errors import HybridConfigError
+from fairseq_hybrid.errors import HybridConfigError, HybridRuntimeError
 from fairseq_hybrid.plugin.checks import check_data_dir
 
 
@@ -199,7 +199,8 @@ def test_the_one_lines_keep_fairseqs_exception_types():
     from fairseq_hybrid.plugin.fairseq_patches import NonFiniteScores, NonFiniteTraining
 
     assert issubclass(NonFiniteTraining, FloatingPointError) and issubclass(NonFiniteScores, AssertionError)
-    assert issubclass(NonFiniteTraining, HybridConfigError) and issubclass(NonFiniteScores, HybridConfigError)
+    assert issubclass(NonFiniteTraining, HybridRuntimeError) and issubclass(NonFiniteScores, HybridRuntimeError)
+    assert not issubclass(NonFiniteTraining, HybridConfigError)
 
 
 def generate(root, *extra, user_dir=True):

@@ -17,7 +17,7 @@ import pytest
 
 import fairseq_hybrid  # noqa: F401  (installs the patches)
 from cli import BIN, model_args, run_tool, train_args, train_losses
-from fairseq_hybrid.errors import HybridConfigError
+from fairseq_hybrid.errors import HybridConfigError, HybridRuntimeError
 from fairseq_hybrid.plugin import checkpoints, save_dir_lock, stops
 
 
@@ -155,6 +155,7 @@ def test_a_loss_grown_by_orders_of_magnitude_stops_the_training(tmp_path, first,
             "has diverged; this update was not saved and no checkpoint_last.pt had been written "
             "yet. Lower --lr (it is 1e+30)")
         assert isinstance(stopped.value, FloatingPointError)
+        assert isinstance(stopped.value, HybridRuntimeError) and not isinstance(stopped.value, HybridConfigError)
         break
     else:
         assert stops_at is None

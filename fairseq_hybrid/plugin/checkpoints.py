@@ -46,7 +46,7 @@ from typing import Any, Dict, Optional
 import torch
 from fairseq import checkpoint_utils, file_io
 
-from ..errors import HybridConfigError
+from ..errors import HybridConfigError, HybridRuntimeError
 from . import save_dir_lock
 from .patience import patience_of, patience_state, restore_patience, saving_patience
 
@@ -173,7 +173,7 @@ class _ByteCounter:
         pass
 
 
-def save_failed(error: OSError, dst_path: str, needed: Optional[int]) -> HybridConfigError:
+def save_failed(error: OSError, dst_path: str, needed: Optional[int]) -> HybridRuntimeError:
     directory = os.path.dirname(os.path.abspath(dst_path))
     try:
         free = f"{shutil.disk_usage(directory).free:,} bytes are free there"
@@ -183,7 +183,7 @@ def save_failed(error: OSError, dst_path: str, needed: Optional[int]) -> HybridC
     last = os.path.join(directory, "checkpoint_last.pt")
     kept = ("the previous checkpoint_last.pt is unchanged" if os.path.isfile(last)
             else "no checkpoint was written")
-    return HybridConfigError(
+    return HybridRuntimeError(
         f"could not write {os.path.basename(dst_path)} in {directory}: "
         f"{error.strerror or error} (the checkpoint needs {size}; {free}); {kept}. Free space "
         "or give a writable --save-dir, then rerun the same command"

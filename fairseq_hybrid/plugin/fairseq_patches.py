@@ -74,8 +74,8 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
   default ``--ddp-backend pytorch_ddp`` hands torch's DistributedDataParallel
   ``device_ids`` for every module, which torch refuses for CPU modules; they get
   ``device_ids=None``, torch's rule for them (one-GPU modules are unchanged).
-- ``one_line_errors``: ``HybridConfigError`` (an ordinary exception a Python caller can
-  catch) reaches the command line as its one line and exit status 1; Ctrl-C during a
+- ``one_line_errors``: a ``HybridError`` (bad input or a runtime failure: an ordinary
+  exception a Python caller can catch) reaches the command line as its one line and exit status 1; Ctrl-C during a
   training ends with one line saying the update reached and how to resume.
 """
 from __future__ import annotations
@@ -102,7 +102,7 @@ from fairseq.trainer import Trainer
 from . import (batch_limits, checkpoint_fit, checkpoints, checks, clipping, data_parallel,
                generation_options, resumed_epoch, results_file, sentence_limits, stops, usage_errors,
                world_size)
-from ..errors import HybridConfigError, hybrid_error_in
+from ..errors import PREFIX, HybridConfigError, HybridError, HybridRuntimeError, hybrid_error_in
 
 
 # ------------------------------------------------------------------ torch.load
@@ -197,18 +197,18 @@ def keep_last_batch() -> None:
 INTERRUPTED = "_hybrid_interrupted"  # the line of a KeyboardInterrupt that stopped a training
 
 
-def error_of_a_rank(raised: BaseException) -> Optional[HybridConfigError]:
+def error_of_a_rank(raised: BaseException) -> Optional[HybridError]:
     """The one line of a process fairseq spawned (one per GPU): torch's spawn re-raises
     its failure in the parent as ``ProcessRaisedException`` with the child's traceback as
-    text, whose last line is the ``HybridConfigError`` raised there."""
+    text, whose last line is the ``HybridError`` raised there."""
     if not isinstance(raised, torch.multiprocessing.ProcessRaisedException):
         return None
-    found = re.findall(r"fairseq_hybrid: error: [^\n]*", str(raised))
-    return HybridConfigError(found[-1][len("fairseq_hybrid: error: "):]) if found else None
+    found = re.findall(re.escape(PREFIX) + r"[^\n]*", str(raised))
+    return HybridError(found[-1][len(PREFIX):]) if found else None
 
 
 def one_line_errors() -> None:
-    """``HybridConfigError`` is an ordinary exception; fairseq's command-line tools print it
+    """A ``HybridError`` is an ordinary exception; fairseq's command-line tools print it
     as its one line and exit with status 1: ``distributed_utils.call_main`` (train,
     hydra-train, interactive, validate) turns it into ``SystemExit`` (also when a process
     fairseq spawned raised it), and the excepthook does the same for the rest (parse time,
@@ -367,12 +367,12 @@ def checked_generation_options() -> None:
 
 
 # ------------------------------------------------------------------ non-finite numbers
-class NonFiniteTraining(HybridConfigError, FloatingPointError):
+class NonFiniteTraining(HybridRuntimeError, FloatingPointError):
     """fairseq's ``FloatingPointError`` with the one line (a caller catching fairseq's type
     still catches it)."""
 
 
-class NonFiniteScores(HybridConfigError, AssertionError):
+class NonFiniteScores(HybridRuntimeError, AssertionError):
     """fairseq's beam-search ``AssertionError`` with the one line."""
 
 

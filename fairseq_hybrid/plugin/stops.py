@@ -26,7 +26,7 @@ from typing import Any, Optional
 import torch
 from fairseq.logging import metrics
 
-from ..errors import HybridConfigError
+from ..errors import HybridRuntimeError
 
 LOSS_GROWTH = 1e4
 FIRST_LOSS = "_hybrid_first_loss"  # attribute on fairseq's Trainer
@@ -108,7 +108,7 @@ def non_finite_training(trainer: Any, error: BaseException, started: float) -> s
             f"so that update was not applied; {saved}{hint}")
 
 
-class DivergedTraining(HybridConfigError, FloatingPointError):
+class DivergedTraining(HybridRuntimeError, FloatingPointError):
     """A loss grown by orders of magnitude (a caller catching fairseq's
     ``FloatingPointError`` for a non-finite one catches this too)."""
 
