@@ -29,8 +29,9 @@ from .worker import DeviceWorkers
 logger = logging.getLogger(__name__)
 
 
-class ChunkChoice(Protocol):
-    """What a chunk chooser returns: the chosen K and the lines that explain it."""
+class ChunkDecision(Protocol):
+    """What the runtime needs of a chunk chooser's answer: the chosen K and the lines that
+    explain it (``chunking.chunk_choice.ChunkChoice``, with its predictions, is one)."""
 
     chunks: int
 
@@ -39,7 +40,7 @@ class ChunkChoice(Protocol):
 
 # (model, plan with 1 chunk, its workers, src_tokens, src_lengths, prev_output_tokens)
 ChunkChooser = Callable[[HybridModel, PlacementPlan, DeviceWorkers, Tensor, Tensor, Tensor],
-                        ChunkChoice]
+                        ChunkDecision]
 
 
 class HybridRuntime:
@@ -53,7 +54,7 @@ class HybridRuntime:
         self.options = options
         self.choose_chunks = choose_chunks
         self.cpu_threads = cpu_threads
-        self.choice: Optional[ChunkChoice] = None
+        self.choice: Optional[ChunkDecision] = None
         self._placed: Optional[PlacementPlan] = None
         self._engine: Optional[HybridEngine] = None
         self._retired: List[HybridEngine] = []  # built by build_engine, closed by close()
