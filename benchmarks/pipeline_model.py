@@ -30,7 +30,7 @@ import torch
 
 from fairseq_hybrid.chunking.wavefront import Link
 from fairseq_hybrid.planning import (
-    PRESETS, BatchSize, ModelSize, measure_concurrency, predict_speedups,
+    BENCHMARK_PRESETS, BatchSize, ModelSize, measure_concurrency, predict_speedups,
 )
 from fairseq_hybrid.planning.profiles import GPU_HOST, PROFILES
 from fairseq_hybrid.planning.measure import median
@@ -130,9 +130,9 @@ def run(
     box: then the ``dataflow`` rows are GPU predictions; validation needs "cpu")."""
     if validate and torch.device(device).type != "cpu":
         raise ValueError("--validate compares with CPU devices: measure with --device cpu")
-    if preset not in PRESETS:
-        raise ValueError(f"preset {preset!r}: one of {sorted(PRESETS)}")
-    spec = PRESETS[preset]
+    if preset not in BENCHMARK_PRESETS:
+        raise ValueError(f"preset {preset!r}: one of {sorted(BENCHMARK_PRESETS)}")
+    spec = BENCHMARK_PRESETS[preset]
     batch = spec.quick_batch if quick else spec.batch
     note = spec.note
     if sentences is not None:
@@ -314,14 +314,14 @@ def profile_batch(profile: str, preset: str, sentences: Optional[int]) -> Tuple[
     if profile == "cpu":
         raise ValueError(f"--sentences {sentences}: --profile cpu checks the model at the preset's "
                          "batch; use --sentences with a GPU profile or measured")
-    spec = PRESETS[preset]
+    spec = BENCHMARK_PRESETS[preset]
     base = spec.batch if profile == "measured" else (spec.gpu_batch or spec.batch)
     return with_sentences(base, sentences), f"-{sentences}-sentences"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="small")
+    parser.add_argument("--preset", choices=sorted(BENCHMARK_PRESETS), default="small")
     parser.add_argument("--devices", help="device counts to predict: a list (1,2,4) or the "
                         "largest N (default: small 2, wmt 4)")
     parser.add_argument("--profile", choices=[*PROFILES, "measured", "cpu"],
@@ -371,7 +371,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if args.profile:
         try:
             link = parse_link(args.link)
-            preset_layers = PRESETS[args.preset].model.layers
+            preset_layers = BENCHMARK_PRESETS[args.preset].model.layers
             counts = counts or list(range(1, min(4, preset_layers) + 1))
             chunk_list = chunks or [1, 2, 4, 8, 16]
             batch, suffix = profile_batch(args.profile, args.preset, args.sentences)

@@ -23,7 +23,7 @@ from fairseq_hybrid.planning.profiles import LINKS, PROFILES, DeviceProfile, sen
 from fairseq_hybrid.planning.rates import measure_profile
 from fairseq_hybrid.planning.step_time import predict_step
 from fairseq_hybrid.chunking.wavefront import Link
-from fairseq_hybrid.planning.sizes import PRESETS, BatchSize, ModelSize
+from fairseq_hybrid.planning.sizes import BENCHMARK_PRESETS, BatchSize, ModelSize
 from fairseq_hybrid.planning.stage_times import HostTimes
 
 from .models import measure_stage_times
@@ -57,7 +57,7 @@ def profile_report(profile_name: str, preset: str, device_counts: Sequence[int],
                    chunk_counts: Sequence[int], link: Link,
                    batch: Optional[BatchSize] = None) -> Dict[str, Any]:
     """The predictions for ``profile_name`` (not ``measured``), JSON-ready."""
-    spec = PRESETS[preset]
+    spec = BENCHMARK_PRESETS[preset]
     model: ModelSize = spec.model
     batch = batch or spec.gpu_batch or spec.batch
     profile: DeviceProfile = with_link(PROFILES[profile_name], link)
@@ -121,7 +121,7 @@ def measured_report(device: str, preset: str, device_counts: Sequence[int],
                     batch: Optional[BatchSize] = None) -> Dict[str, Any]:
     """The same comparison from stage times measured on ``device`` (this machine), at
     ``batch`` (default: the preset's measuring batch)."""
-    spec = PRESETS[preset]
+    spec = BENCHMARK_PRESETS[preset]
     batch = batch or spec.batch
 
     def stage_for(b: BatchSize, chunks: Sequence[int], devices: Sequence[int]):
@@ -218,7 +218,7 @@ def check_report(preset: str, repeats: int = 3, threads: int = 1, device: str = 
     profile closest to it, in bfloat16) against stage times measured directly on
     ``device``, part by part of the one-device step, and the 2-device speedups each
     predicts (the CPU's schedule on CPU devices, the GPU's dataflow on GPUs)."""
-    spec = PRESETS[preset]
+    spec = BENCHMARK_PRESETS[preset]
     batch = spec.batch if device == "cpu" else (spec.gpu_batch or spec.batch)
     if sentences:
         batch = BatchSize(sentences, batch.source_len, batch.target_len)

@@ -49,7 +49,7 @@ FULL = {"seeds": "1,2,3,4,5,6,7,8,9,10", "if_seeds": 10, "max_update": 16000, "i
 QUICK = {"seeds": "1", "if_seeds": 1, "max_update": 20, "interval": 10, "patience": 1,
          "lenpens": "1.0,1.4", "layers": 1, "dim": 32}
 # the training settings of each preset: the sample recipe's, or the WMT recipes' (recipes/lib/wmt.sh)
-PRESETS = {
+TRAINING_SETTINGS = {
     "sample": {"lr": 0.003, "dropout": 0.3, "clip_norm": 1.0, "max_tokens": 2000,
                "lr_scheduler": "--lr-scheduler fixed", "share": "--share-all-embeddings"},
     "wmt": {"lr": 0.001, "dropout": 0.2, "clip_norm": 5.0, "max_tokens": 8000,
@@ -85,7 +85,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     add("--reference", help="raw test references, one per line (needed with --data)")
     add("--source", help="raw test sources (needed with --data)")
     add("--remove-bpe", help="fairseq-generate --remove-bpe (sample: sentencepiece)")
-    add("--preset", choices=sorted(PRESETS), default="sample",
+    add("--preset", choices=sorted(TRAINING_SETTINGS), default="sample",
         help="sample: 2+2 x --dim LSTMs, the sample recipe's training; wmt: the WMT recipes' models "
         "(lstm_luong_wmt_en_de, hybrid_lstm_wmt_en_de) and training (recipes/lib/wmt.sh)")
     add("--max-tokens", type=int, help="tokens per batch (preset: sample 2000, wmt 8000)")
@@ -100,7 +100,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     add("--out", help="report and run records (default results/quality; with --quick work/quality/quick-results)")
     add("--name", help="study name (default converged-sample, quality-quick with --quick)")
     args = parser.parse_args(argv)
-    for key, value in ((QUICK if args.quick else FULL) | PRESETS[args.preset]).items():
+    for key, value in ((QUICK if args.quick else FULL) | TRAINING_SETTINGS[args.preset]).items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
     try:

@@ -37,6 +37,8 @@ from .fairseq_runs import MALLOC_CACHE_ENV, ROOT, BenchmarkError, OutOfMemory, T
 from .flops import ModelShape, matmul_flops_per_second, training_flops_per_target_token
 from .head_memory import measure as measure_head_memory
 from fairseq_hybrid.jsonio import write_json_atomic
+from fairseq_hybrid.model.presets import preset_options, preset_values
+from fairseq_hybrid.planning.sizes import BENCHMARK_PRESETS
 
 
 @dataclass(frozen=True)
@@ -51,15 +53,22 @@ class Preset:
     head_memory_dim: int
 
 
-SMALL_SIZES = ("--encoder-layers 2 --decoder-layers 2 --encoder-embed-dim 256 "
-               "--encoder-hidden-size 256 --decoder-embed-dim 256 --decoder-hidden-size 256 "
-               "--decoder-out-embed-dim 256")
+def setup(name: str, lstm_arch: str, lstm_needs_sizes: bool, data: str) -> Preset:
+    """The scaling runs of benchmark preset ``name`` (``planning.sizes.BENCHMARK_PRESETS``:
+    the architecture and vocabulary; the sizes from the architecture's preset table)."""
+    spec = BENCHMARK_PRESETS[name]
+    values = preset_values(spec.arch)
+    shape = ModelShape(values["encoder_layers"], values["encoder_embed_dim"], values["encoder_hidden_size"],
+                       values["decoder_embed_dim"], values["decoder_hidden_size"],
+                       values["decoder_out_embed_dim"], 0, False)
+    sizes = " ".join(preset_options(spec.arch)) if lstm_needs_sizes else ""
+    return Preset(spec.arch, lstm_arch, sizes, shape, spec.vocab, data, 4000, shape.out_embed)
+
+
+# fairseq's lstm has other default sizes (given explicitly); lstm_luong_wmt_en_de has these
 PRESETS = {
-    "small": Preset("hybrid_lstm", "lstm", SMALL_SIZES,
-                    ModelShape(2, 256, 256, 256, 256, 256, 0, False), 8000, "sample", 4000, 256),
-    "wmt": Preset("hybrid_lstm_wmt_en_de", "lstm_luong_wmt_en_de", "",
-                  ModelShape(4, 1000, 1000, 1000, 1000, 1000, 0, False), 32000, "synthetic",
-                  4000, 1000),
+    "small": setup("small", "lstm", lstm_needs_sizes=True, data="sample"),
+    "wmt": setup("wmt", "lstm_luong_wmt_en_de", lstm_needs_sizes=False, data="synthetic"),
 }
 QUICK = {"log_interval": 4, "intervals": 2, "repeats": 3, "generate_subset": "valid"}
 FULL = {"log_interval": 10, "intervals": 5, "repeats": 3, "generate_subset": "test"}

@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from fairseq_hybrid.planning import PRESETS, BatchSize, ModelSize
+from fairseq_hybrid.planning import BENCHMARK_PRESETS, BatchSize, ModelSize
 from fairseq_hybrid.planning.measure import median
 
 from .models import build_model, synthetic_sample
@@ -147,7 +147,7 @@ def format_trace(trace: Dict[str, Any]) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="small")
+    parser.add_argument("--preset", choices=sorted(BENCHMARK_PRESETS), default="small")
     parser.add_argument("--devices", default="cpu,cpu")
     parser.add_argument("--chunks", type=int, default=6)
     parser.add_argument("--steps", type=int, default=5)
@@ -157,7 +157,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if args.chunks < 1 or args.steps < 1 or args.warm_up < 0:
         parser.error(f"--chunks {args.chunks} / --steps {args.steps} / --warm-up {args.warm_up}: "
                      "chunks and steps must be at least 1, warm-up at least 0")
-    preset = PRESETS[args.preset]
+    preset = BENCHMARK_PRESETS[args.preset]
     trace = trace_steps(preset.model, preset.batch, args.devices, args.chunks, args.steps, args.warm_up)
     print(format_trace(trace))
     if args.json:

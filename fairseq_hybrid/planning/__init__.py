@@ -16,11 +16,11 @@ used by the advisor (``tools/advise.py``) and the benchmarks, never by fairseq-t
 reports it.
 """
 from .measure import measure_concurrency, measure_model_stage_times
-from .sizes import PRESETS, BatchSize, ModelSize, Preset, layer_map
+from .sizes import BENCHMARK_PRESETS, BatchSize, ModelSize, Preset, layer_map
 from .stage_times import HostTimes, StageTimes
 from .step_time import predict_speedups, predict_step
 
 __all__ = [
-    "PRESETS", "BatchSize", "HostTimes", "ModelSize", "Preset", "StageTimes", "layer_map",
+    "BENCHMARK_PRESETS", "BatchSize", "HostTimes", "ModelSize", "Preset", "StageTimes", "layer_map",
     "measure_concurrency", "measure_model_stage_times", "predict_speedups", "predict_step",
 ]

@@ -1,7 +1,7 @@
 """``hybrid_lstm``'s options (a fairseq dataclass config), its presets and their validation.
 
 Option names reuse those of fairseq's ``lstm`` model where the two overlap. The sizes a
-preset owns (``PRESETS``) default to None in the dataclass, meaning "the preset's value":
+preset owns (``model/presets.py``) default to None in the dataclass, meaning "the preset's value":
 fairseq fills a config with the dataclass defaults before a preset function runs under
 ``fairseq-hydra-train`` (and the preset fills only what is unset), so a concrete default
 would silently win over the preset. ``apply_preset`` fills the Nones; a value the user
@@ -9,12 +9,13 @@ gave (command line, YAML key, Hydra override) is never None and always wins.
 """
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 from fairseq.dataclass import FairseqDataclass
 from omegaconf import II
 
 from ..errors import require
+from ..model.presets import BASE_PRESET, PRESETS
 
 
 @dataclass
@@ -126,26 +127,6 @@ class HybridLSTMConfig(FairseqDataclass):
     )
     max_source_positions: int = II("task.max_source_positions")
     max_target_positions: int = II("task.max_target_positions")
-
-
-BASE_PRESET = "hybrid_lstm"
-
-# The values each preset gives the options it owns when the user leaves them unset.
-# hybrid_lstm: small, for tests and the bundled sample; hybrid_lstm_wmt_en_de: fairseq's
-# lstm_luong_wmt_en_de sizes (4+4 layers x 1000) without input feeding, no dropout between
-# layers. A preset's missing entries come from hybrid_lstm.
-PRESETS: Dict[str, Dict[str, Any]] = {
-    BASE_PRESET: dict(
-        encoder_embed_dim=256, encoder_hidden_size=256, encoder_layers=2,
-        decoder_embed_dim=256, decoder_hidden_size=256, decoder_layers=2,
-        decoder_out_embed_dim=256,
-    ),
-    "hybrid_lstm_wmt_en_de": dict(
-        encoder_embed_dim=1000, encoder_hidden_size=1000, encoder_layers=4,
-        decoder_embed_dim=1000, decoder_hidden_size=1000, decoder_layers=4,
-        decoder_out_embed_dim=1000, encoder_dropout_out=0.0, decoder_dropout_out=0.0,
-    ),
-}
 
 
 def apply_preset(cfg: Any, preset: str) -> None:

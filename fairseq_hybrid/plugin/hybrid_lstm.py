@@ -132,7 +132,7 @@ def preset_architecture(preset: str) -> Callable[[Any], None]:
         parse_time_checks(args)
 
     architecture.__name__ = architecture.__qualname__ = preset
-    architecture.__doc__ = f"The {preset} preset (config.PRESETS), then the parse-time checks."
+    architecture.__doc__ = f"The {preset} preset (model/presets.py), then the parse-time checks."
     return architecture
 
 

@@ -9,7 +9,7 @@ any process exists), so there the plugin
 
 - is imported (the callback lives in it), and ``common.user_dir`` defaults to it;
 - fills the model config as fairseq will (fairseq's ``add_defaults``) and then with the
-  preset named in ``model._name`` (``config.PRESETS``), so the saved ``.hydra/config.yaml``
+  preset named in ``model._name`` (``model/presets.py``), so the saved ``.hydra/config.yaml``
   and the checkpoints hold the sizes that were trained;
 - checks the options as fairseq-train's parse-time checks do (one line, nothing written),
   and refuses a save directory another training holds (``save_dir_lock``);
