@@ -1,4 +1,4 @@
-"""The planned schedule (issue 21), one step at a time, from the same stage times, link and
+"""The planned schedule, one step at a time, from the same stage times, link and
 simulator as today's (``step_time.predict_step``, GPUs: dataflow) — so each step's modelled
 gain is known before it is built, and nothing is credited that the step does not remove.
 
@@ -52,7 +52,7 @@ from .sizes import layer_map
 from .step_time import collective_seconds, head_slice_seconds, predict_step
 from .stage_times import StageTimes
 
-STEPS = ("replicas", "balanced_optimizer", "head_in_wavefront")  # issue 21's plan, in full
+STEPS = ("replicas", "balanced_optimizer", "head_in_wavefront")  # the plan, in full
 ALTERNATIVE = ("overlapped_collectives",)  # instead of the plan: today's collectives on a side stream
 KNOWN_STEPS = STEPS + ALTERNATIVE
 # today, then the steps added one at a time in the order they are planned to be built; then
