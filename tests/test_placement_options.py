@@ -153,3 +153,25 @@ def test_other_models_keep_fairseqs_integer():
         assert parse_training("data", "--arch", "lstm", "--pipeline-chunks", value).pipeline_chunks == parsed
     with pytest.raises(HybridConfigError, match="--pipeline-chunks 'four' is not allowed"):
         parse_training("data", "--arch", "lstm", "--pipeline-chunks", "four")
+
+
+# ------------------------------------------------------------------ a model built from its config
+def test_a_model_built_from_a_checkpoints_config_keeps_devices_this_machine_lacks():
+    """fairseq-generate builds the model from the config a checkpoint holds (its preset's
+    architecture function runs there too): the devices it trained on need not exist here,
+    generation uses its own (tests/test_cli_hybrid.py trains on 3 devices, generates on 1 and 2)."""
+    from dataclasses import asdict
+
+    from fairseq import models
+    from omegaconf import OmegaConf
+
+    from fairseq_hybrid.plugin.config import HybridLSTMConfig
+    from helpers import make_dictionary, make_task
+
+    sizes = dict(encoder_embed_dim=8, encoder_hidden_size=8, decoder_embed_dim=8, decoder_hidden_size=8,
+                 decoder_out_embed_dim=8, max_source_positions=64, max_target_positions=64)
+    saved = {**asdict(HybridLSTMConfig(**sizes)), "_name": "hybrid_lstm_wmt_en_de",
+             "hybrid_devices": "cuda:0,cuda:1,cuda:2,cuda:3", "pipeline_chunks": 8}
+    model = models.build_model(OmegaConf.create(saved), make_task(make_dictionary()))
+    assert model.encoder.num_layers == 4  # the preset's
+    assert model.runtime.options == PlacementOptions(tuple(torch.device("cuda", i) for i in range(4)), None, 8)
