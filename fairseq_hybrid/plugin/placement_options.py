@@ -58,7 +58,8 @@ def placement_options(values: Any, layers: Optional[Tuple[int, int]] = None,
     preset's). ``on_this_machine``: refuse GPUs this machine lacks (a model's config read
     back for generation names the devices it trained on, which are ignored there)."""
     encoder, decoder = layers or (effective(values, "encoder_layers"), effective(values, "decoder_layers"))
-    spec = getattr(values, "hybrid_devices", None)
+    given = getattr(values, "hybrid_devices", None)
+    spec = None if given is None else str(given)  # a Python literal of --model-overrides may be 0
     allow_repeated = bool(getattr(values, "hybrid_allow_repeated_devices", False))
     devices = parse_devices(spec, allow_repeated, on_this_machine)
     count, num_layers = len(devices_of(devices)), min(encoder, decoder)
