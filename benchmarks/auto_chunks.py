@@ -61,7 +61,7 @@ def predicted_tokens_per_s(data: str, max_tokens: int) -> Dict[str, Any]:
     """The advisor's model for each fixed K: stage times of the real model on the median
     batch at ``max_tokens`` measured on one CPU device, the step simulated for cpu,cpu."""
     from fairseq_hybrid.tools.advise import load_task_and_model, measure_batch, parse, representative_batch
-    from fairseq_hybrid.plugin.placement_options import check_plan_options
+    from fairseq_hybrid.plugin.placement_options import placement_options
     from fairseq_hybrid.planning.recommend import predict
 
     args = parse([data, "--user-dir", USER_DIR, *shlex.split(MODEL), "--criterion", "hybrid_cross_entropy",
@@ -69,7 +69,7 @@ def predicted_tokens_per_s(data: str, max_tokens: int) -> Dict[str, Any]:
                   "--required-batch-size-multiple", "1"])
     task, model, _ = load_task_and_model(args)
     sample = representative_batch(task.dataset("train"), max_tokens, args)
-    stage = measure_batch(model, task, sample, check_plan_options(args, argv=[]), threads=1)
+    stage = measure_batch(model, task, sample, placement_options(args).all_devices()[0], threads=1)
     tokens = int(sample["ntokens"])
     return {"batch_target_tokens": tokens,
             "by_k": {k: predict(stage, 2, k, "cycle", tokens=tokens).tokens_per_s for k in FIXED}}

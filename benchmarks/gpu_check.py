@@ -132,6 +132,7 @@ def equivalence(device: str) -> Tuple[str, Dict[str, Any]]:
 
     from fairseq_hybrid.planning import ModelSize
     from fairseq_hybrid.plugin.criterion import HybridCrossEntropyCriterion
+    from fairseq_hybrid.plugin.placement_options import parse_devices
 
     from .models import build_model
 
@@ -149,7 +150,7 @@ def equivalence(device: str) -> Tuple[str, Dict[str, Any]]:
     rows, worst = [], 0.0
     for devices, chunks in cases:
         twin = copy.deepcopy(model)
-        twin.runtime.configure(devices=devices, chunks=chunks, allow_repeated=True)
+        twin.runtime.configure(devices=parse_devices(devices, allow_repeated=True), chunks=chunks)
         master = twin.runtime.plan().master
         on_device = batch
         if master.type == "cuda":  # what fairseq's Trainer does with a sample

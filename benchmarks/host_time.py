@@ -105,8 +105,7 @@ def measure_host_times(device: str = "cpu", devices: int = 4, chunks: int = 8, s
     model, task = build_model(TINY_MODEL)
     dev = torch.device(device)
     model.runtime.cpu_threads = 1
-    engine = model.runtime.build_engine(devices=",".join([str(dev)] * devices), chunks=chunks,
-                                        allow_repeated=True)
+    engine = model.runtime.build_engine(devices=(dev,) * devices, chunks=chunks)
     model.runtime.use_engine(engine)
     criterion = HybridCrossEntropyCriterion(task, False, 0.1)
     sample = synthetic_sample(task.target_dictionary, TINY_BATCH)

@@ -69,7 +69,7 @@ def measure_real_steps(
     try:
         for n, k in configs:
             model.runtime.cpu_threads = threads
-            engine = model.runtime.build_engine(devices=",".join(["cpu"] * n), chunks=k, balance=None)
+            engine = model.runtime.build_engine(devices=(torch.device("cpu"),) * n, chunks=k, balance=None)
             engine.workers.run_all([(i, "start", lambda: None) for i in range(n)])
             engines[(n, k)] = engine
         samples: Dict[Tuple[int, int], List[float]] = {c: [] for c in configs}

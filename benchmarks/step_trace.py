@@ -75,6 +75,7 @@ def trace_steps(size: ModelSize, batch: BatchSize, devices: str, chunks: int, st
     ``devices`` (one torch thread each) with ``chunks`` time chunks; the timed steps'
     medians as a dict (seconds)."""
     from fairseq_hybrid.plugin.criterion import HybridCrossEntropyCriterion
+    from fairseq_hybrid.plugin.placement_options import parse_devices
 
     saved_threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -84,7 +85,7 @@ def trace_steps(size: ModelSize, batch: BatchSize, devices: str, chunks: int, st
     params = list(model.parameters())
     optimizer = torch.optim.Adam(params, lr=1e-6, foreach=True)
     model.runtime.cpu_threads = 1
-    engine = model.runtime.build_engine(devices=devices, chunks=chunks, balance=None)
+    engine = model.runtime.build_engine(devices=parse_devices(devices), chunks=chunks, balance=None)
     model.runtime.use_engine(engine)
     current = [StepRecord()]
     engine.workers.run_all = traced(engine.workers.run_all, lambda: current[0])

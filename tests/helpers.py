@@ -10,6 +10,7 @@ from fairseq.data import Dictionary, LanguagePairDataset
 import fairseq_hybrid  # noqa: F401  (registers the model and criterion)
 from fairseq_hybrid.plugin.config import HybridLSTMConfig
 from fairseq_hybrid.plugin.hybrid_lstm import HybridLSTMModel
+from fairseq_hybrid.plugin.placement_options import placement_options
 
 
 def make_dictionary(size: int = 40) -> Dictionary:
@@ -74,9 +75,12 @@ def loss_and_grads(criterion, model, batch):
 
 # ---- comparing the hybrid engine with the plain model
 def use_devices(model, devices: str, chunks: int, balance=None, head_on_master=False):
-    """Train ``model`` on ``devices`` with ``chunks`` time chunks from now on."""
-    model.runtime.configure(devices=devices, chunks=chunks, balance=balance,
-                            split_head=not head_on_master)
+    """Train ``model`` on ``devices`` with ``chunks`` time chunks from now on, the options
+    given as on the command line (through the plugin's gate)."""
+    options = SimpleNamespace(hybrid_devices=devices, pipeline_chunks=chunks, hybrid_balance=balance,
+                              hybrid_head_on_master=head_on_master)
+    layers = (model.encoder.num_layers, model.decoder.num_layers)
+    model.runtime.configure(placement_options(options, layers))
     return model
 
 

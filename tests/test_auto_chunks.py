@@ -3,13 +3,14 @@ the choice of K by the performance model (driven here by hand-made costs, so it 
 deterministic), the parsing of ``auto``, and that the measurement before the first update
 leaves the numbers exactly as an explicit K gives them."""
 import logging
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from fairseq_hybrid.errors import HybridConfigError
-from fairseq_hybrid.plugin.fairseq_patches import chunks_argument
-from fairseq_hybrid.parallel.placement import PlacementOptions, chunks_to_choose, parse_chunks, plan_for
+from fairseq_hybrid.parallel.placement import AUTO, resolved_chunks
+from fairseq_hybrid.plugin.placement_options import chunks_of, parse_devices, placement_options
 from fairseq_hybrid.chunking.chunk_choice import (
     LinearCost, cell_times_for, choose_chunks, fit_cell_costs, fit_linear,
 )
@@ -63,13 +64,19 @@ def test_a_larger_barrier_cost_per_cycle_lowers_k():
 def test_one_device_never_chunks():
     choice = choose_chunks(uniform_costs(2, 0.001, 0.001), 30, 30, (0, 0), "cycle")
     assert choice.chunks == 1
-    for devices, chunks, measured in (("cpu", "auto", False), ("cpu", 0, False),
-                                      ("cpu,cpu", 0, True), ("cpu,cpu", 3, False)):
-        options = PlacementOptions(devices, chunks=parse_chunks(chunks))
-        assert chunks_to_choose(options, plan_for(options, 2, 2)) == measured
+    # the options' count before anything is measured: None where the chooser decides
+    for devices, chunks, planned in (("cpu", "auto", 1), ("cpu", 0, 1), ("cpu,cpu", 0, None),
+                                     ("cpu,cpu", 3, 3)):
+        options = placement_options(SimpleNamespace(hybrid_devices=devices, pipeline_chunks=chunks), (2, 2))
+        assert options.chunks == chunks_of(chunks) and options.devices == parse_devices(devices)
+        assert resolved_chunks(options) == planned
 
 
 def test_pipeline_chunks_argument():
+    from fairseq import options
+
+    parser = options.get_training_parser()
+    chunks_argument = parser._option_string_actions["--pipeline-chunks"].type  # the plugin's
     assert chunks_argument("auto") == 0 and chunks_argument("AUTO") == 0
     assert chunks_argument("4") == 4
     with pytest.raises(HybridConfigError, match=r"--pipeline-chunks 'four' is not allowed: an integer >= 1 .* or auto"):
@@ -98,7 +105,7 @@ def test_auto_measures_chooses_logs_and_gives_the_numbers_of_that_k(caplog, opti
     criterion = HybridCrossEntropyCriterion(make_task(dictionary), False, 0.1)
     try:
         torch.manual_seed(7)
-        model.runtime.configure(devices="cpu,cpu", chunks="auto")
+        model.runtime.configure(devices=(torch.device("cpu"),) * 2, chunks=AUTO)
         with caplog.at_level(logging.INFO, logger="fairseq_hybrid"):
             auto = loss_and_grads(criterion, model, batch)
         after_auto = torch.get_rng_state()
@@ -156,7 +163,7 @@ def test_the_measurement_leaves_gradients_and_random_state_alone():
     batch = make_batch(dictionary, random_lengths(6, seed=2, max_len=10), seed=2)
     for index, p in enumerate(model.parameters()):
         p.grad = torch.full_like(p, float(index))
-    engine = model.runtime.build_engine(devices="cpu,cpu", chunks="auto")
+    engine = model.runtime.build_engine(devices=(torch.device("cpu"),) * 2, chunks=1)  # the chooser measures with 1
     try:
         state = torch.get_rng_state()
         net = batch["net_input"]

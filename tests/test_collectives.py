@@ -81,7 +81,7 @@ def test_the_replicas_are_refreshed_once_at_the_start_of_each_step(devices):
     batch = make_batch(dictionary, random_lengths(6, seed=2), seed=2)
     batch["ntokens"] = int(batch["target"].ne(dictionary.pad()).sum())
     criterion = HybridCrossEntropyCriterion(make_task(dictionary), False, 0.1)
-    model.runtime.configure(devices=",".join(["cpu"] * devices), chunks=2)
+    model.runtime.configure(devices=(torch.device("cpu"),) * devices, chunks=2)
     net = batch["net_input"]
     try:
         engine = model.runtime.engine

@@ -138,13 +138,13 @@ def test_advisor_arguments_are_one_line(tmp_path, argv, message):
 
 
 def test_advisor_without_hybrid_devices_uses_the_default_device(tmp_path):
-    from fairseq_hybrid.plugin.placement_options import check_plan_options
+    from fairseq_hybrid.plugin.placement_options import placement_options
     from fairseq_hybrid.tools.advise import parse
 
     args = parse([str(fake_data_dir(tmp_path / "bin", "train", "valid")), "--arch", "hybrid_lstm",
                   "--max-tokens", "100"])
     assert args.hybrid_devices is None  # was an AttributeError in advise()
-    assert [str(d) for d in check_plan_options(args, argv=[]).devices] == ["cpu"]
+    assert [str(d) for d in placement_options(args).all_devices()] == ["cpu"]
 
 
 @pytest.mark.slow

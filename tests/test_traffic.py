@@ -40,7 +40,7 @@ def test_the_model_charges_exactly_what_a_real_step_copies(devices, chunks):
     batch = make_batch(dictionary, random_lengths(7, seed=devices + chunks), seed=3)
     batch["ntokens"] = int(batch["target"].ne(dictionary.pad()).sum())
     criterion = HybridCrossEntropyCriterion(make_task(dictionary), False, 0.1)
-    model.runtime.configure(devices=",".join(["cpu"] * devices), chunks=chunks)
+    model.runtime.configure(devices=(torch.device("cpu"),) * devices, chunks=chunks)
     try:
         loss, _, _ = criterion(model, batch)
         loss.backward()
@@ -61,10 +61,10 @@ def test_one_device_moves_nothing_and_the_unsplit_head_only_takes_the_targets():
     criterion = HybridCrossEntropyCriterion(make_task(dictionary), False, 0.1)
     # the head on one device is the master head's, the top layers' device: H and S stay
     # there, only the targets and the padding mask come from device 0
-    for devices, split, expected_phases in (("cpu", True, set()),
-                                            ("cpu,cpu", False, {"pipeline_forward", "pipeline_backward",
-                                                                "head_forward"})):
-        model.runtime.configure(devices=devices, chunks=2, split_head=split)
+    for devices, split, expected_phases in ((1, True, set()),
+                                            (2, False, {"pipeline_forward", "pipeline_backward",
+                                                        "head_forward"})):
+        model.runtime.configure(devices=(torch.device("cpu"),) * devices, chunks=2, split_head=split)
         try:
             criterion(model, batch)[0].backward()
             recorded = model.runtime.engine.ledger.snapshot()

@@ -31,7 +31,7 @@ def test_worker_failure_inside_training_propagates():
 
     dictionary = make_dictionary()
     model = make_model(dictionary, encoder_layers=2, decoder_layers=2)
-    model.runtime.configure(devices="cpu,cpu", chunks=2)
+    model.runtime.configure(devices=(torch.device("cpu"),) * 2, chunks=2)
     batch = make_batch(dictionary, random_lengths(4, seed=2))
     batch["ntokens"] = int(batch["target"].ne(dictionary.pad()).sum())
     criterion = HybridCrossEntropyCriterion(make_task(dictionary), False, 0.0)

@@ -3,7 +3,7 @@
 - the model is placed before (``runtime.HybridRuntime``, ``placement.place``: each LSTM
   layer on its device, embeddings and bridges on device 0, the master head with the top
   layers), and the
-  plan's chunk count is an integer (``--pipeline-chunks auto`` is resolved before).
+  plan's chunk count is an integer (``AUTO`` is resolved before, by ``runtime``).
 - ``features`` runs the model-parallel part: embeddings, then the wavefront pipeline.
 - ``head_loss`` runs the data-parallel part: sentences split into one shard per device,
   each shard's forward and backward on its device's worker with its own head replica
@@ -105,7 +105,7 @@ class HybridEngine:
         self, features: Tensor, encoder_out: EncoderOut, target: Tensor, loss_fn: TokenLoss
     ) -> HeadLoss:
         """The head's summed loss: on the master head's device alone (one device, or
-        ``--hybrid-head-on-master``), else split by sentences over every device
+        a plan without ``split_head``), else split by sentences over every device
         (``head_shards``), the same way for every device kind."""
         head = self.model.decoder.head
         master = self.plan.master

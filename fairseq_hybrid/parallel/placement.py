@@ -1,9 +1,11 @@
 """The placement plan: which device runs each encoder and decoder layer, where the
 embeddings and the master copy of the head live, and where head replicas run.
 
-Parsed from ``--hybrid-devices``, ``--hybrid-balance`` and ``--pipeline-chunks`` and
-validated before any work; logged once as a table. The plan is never saved: parameter
-names and shapes do not depend on it, so a checkpoint loads on any number of devices.
+Built from typed values (devices, layers per device, a chunk count): the options a user
+gives are parsed and checked before they reach this layer (``plugin/placement_options.py``);
+what is refused here is a caller's mistake, not bad input. The plan is never saved:
+parameter names and shapes do not depend on it, so a checkpoint loads on any number of
+devices.
 
 Layout (the paper's, for 4 GPUs and 4+4 layers): encoder layer i and decoder layer i on
 device i; embeddings and bridges on device 0, the master head with the top layers; a head
@@ -11,21 +13,46 @@ replica on every other device.
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
-from typing import List, Literal, Optional, Tuple, Union
+from typing import List, Literal, Optional, Protocol, Sequence, Tuple, Union
 
 import torch
 
-from ..errors import HybridConfigError
 from .interface import HybridModel
 from .split import even_sizes, spans
 
-DEVICES_OPTION = "--hybrid-devices"
-REPEAT_OPTION = "--hybrid-allow-repeated-devices"
-BALANCE_OPTION = "--hybrid-balance"
-CHUNKS_OPTION = "--pipeline-chunks"
-AUTO = "auto"  # --pipeline-chunks auto: chosen by the performance model (chunking/auto_chunks.py)
-ChunkSetting = Union[int, Literal["auto"]]  # --pipeline-chunks, parsed once (parse_chunks)
+
+class Auto(enum.Enum):
+    """The chunk count left to the chooser (``runtime.HybridRuntime``): 1 on one device,
+    else measured on the first batch and chosen by the performance model."""
+
+    AUTO = "auto"
+
+    def __repr__(self) -> str:
+        return "AUTO"
+
+
+AUTO = Auto.AUTO
+Chunks = Union[int, Literal[Auto.AUTO]]  # an integer >= 1, or AUTO
+Devices = Tuple[torch.device, ...]
+
+
+class Placement(Protocol):
+    """The typed placement options a runtime plans from
+    (``plugin.placement_options.PlacementOptions`` is the one the plugin parses)."""
+
+    @property
+    def devices(self) -> Optional[Devices]: ...  # None: this process's device
+
+    @property
+    def balance(self) -> Optional[Tuple[int, ...]]: ...  # None: as even as possible
+
+    @property
+    def chunks(self) -> Chunks: ...
+
+    @property
+    def split_head(self) -> bool: ...  # False: the head on its master's device only
 
 
 def default_device() -> torch.device:
@@ -35,127 +62,18 @@ def default_device() -> torch.device:
     return torch.device("cpu")
 
 
-def parse_device(item: str, spec: str) -> torch.device:
-    text = item.strip().lower()
-    if text == "cpu":
-        return torch.device("cpu")
-    if text.isdigit():
-        text = f"cuda:{text}"
-    if text == "cuda":
-        text = f"cuda:{torch.cuda.current_device() if torch.cuda.is_available() else 0}"
-    if text.startswith("cuda:") and text[5:].isdigit():
-        index = int(text[5:])
-        available = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if index >= available:
-            allowed = (
-                f"use indices below {available}" if available
-                else "use cpu devices (e.g. cpu,cpu)"
-            )
-            raise HybridConfigError(
-                f"{DEVICES_OPTION} {spec!r}: {text} is not available (this machine has "
-                f"{available} CUDA device{'s' if available != 1 else ''}; {allowed})"
-            )
-        return torch.device("cuda", index)
-    raise HybridConfigError(
-        f"{DEVICES_OPTION} {spec!r}: unknown device {item.strip()!r}: use a comma-separated "
-        "list of cuda:N, GPU indices N, or cpu (e.g. cuda:0,cuda:1 or 0,1 or cpu,cpu)"
-    )
+def devices_of(devices: Optional[Sequence[torch.device]]) -> Devices:
+    """The devices a plan uses: ``devices``, or this process's device for None."""
+    return (default_device(),) if devices is None else tuple(devices)
 
 
-def parse_devices(spec: Optional[str], allow_repeated: bool = False) -> List[torch.device]:
-    """The devices of ``spec``; a GPU may be listed twice only with ``allow_repeated`` (two
-    workers sharing one GPU: how one GPU runs the multi-device code for checks)."""
-    if spec is None:
-        return [default_device()]
-    items = spec.split(",")
-    if not spec.strip() or any(not item.strip() for item in items):
-        raise HybridConfigError(
-            f"{DEVICES_OPTION} {spec!r} has an empty entry: use a comma-separated list of "
-            "cuda:N, GPU indices N, or cpu"
-        )
-    devices = [parse_device(item, spec) for item in items]
-    gpus = [d for d in devices if d.type == "cuda"]
-    if len(set(gpus)) != len(gpus) and not allow_repeated:
-        repeated = sorted({str(d) for d in gpus if gpus.count(d) > 1})
-        raise HybridConfigError(
-            f"{DEVICES_OPTION} {spec!r} lists {', '.join(repeated)} more than once: each GPU "
-            f"can be given once (cpu may repeat: CPU devices are worker threads; to check "
-            f"the multi-device code on one GPU, add {REPEAT_OPTION})"
-        )
-    return devices
-
-
-def parse_balance(spec: Optional[str], num_devices: int, num_layers: int,
-                  devices_spec: Optional[str] = None) -> List[int]:
-    """Layers per device: explicit (``2,1,1``) or contiguous and as even as possible.
-    ``devices_spec``: the ``--hybrid-devices`` given (None: the default device), for the
-    message."""
-    if spec is None or not spec.strip():
-        return even_sizes(num_layers, num_devices)
-    try:
-        counts = [int(item) for item in spec.split(",")]
-    except ValueError:
-        raise HybridConfigError(
-            f"{BALANCE_OPTION} {spec!r} is not a comma-separated list of integers"
-        ) from None
-    if len(counts) != num_devices:
-        devices = (f"{DEVICES_OPTION} {devices_spec!r} has {num_devices}" if devices_spec else
-                   f"{DEVICES_OPTION} is not given (one device: {default_device()})")
-        raise HybridConfigError(
-            f"{BALANCE_OPTION} {spec!r} gives layer counts for {len(counts)} device(s), but {devices}: "
-            f"give one count per device of {DEVICES_OPTION} (e.g. {DEVICES_OPTION} "
-            f"{','.join(['cpu'] * len(counts))}), or leave {BALANCE_OPTION} out"
-        )
-    if sum(counts) != num_layers or min(counts) < 1:
-        raise HybridConfigError(
-            f"{BALANCE_OPTION} {spec!r} is not allowed: give {num_devices} integers >= 1 "
-            f"(one per device) that sum to the {num_layers} layers"
-        )
-    return counts
-
-
-def parse_chunks(value: Union[None, int, str]) -> ChunkSetting:
-    """``--pipeline-chunks`` as the one type the rest reads: an integer >= 1, or ``AUTO``.
-    Unset (None, or fairseq's own default 0 for this option) is ``AUTO``; an explicit 0
-    on the command line is refused before this (``plugin/placement_options.py``)."""
-    if value is None or value == 0:
-        return AUTO
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text == AUTO:
-            return AUTO
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise HybridConfigError(
-            f"{CHUNKS_OPTION} {value!r} is not allowed: an integer >= 1 (1 = no time chunking) "
-            f"or {AUTO}"
-        )
-    return value
-
-
-@dataclass(frozen=True)
-class PlacementOptions:
-    """The placement options of a run, each parsed into its type."""
-
-    devices: Optional[str] = None  # --hybrid-devices (None: the default device)
-    balance: Optional[str] = None  # --hybrid-balance (None: as even as possible)
-    chunks: ChunkSetting = AUTO  # --pipeline-chunks
-    split_head: bool = True  # False: --hybrid-head-on-master
-    allow_repeated: bool = False  # --hybrid-allow-repeated-devices
-
-    @classmethod
-    def from_config(cls, cfg: object) -> "PlacementOptions":
-        """From a model config or argparse namespace with the options' attribute names."""
-        return cls(
-            getattr(cfg, "hybrid_devices", None),
-            getattr(cfg, "hybrid_balance", None),
-            parse_chunks(getattr(cfg, "pipeline_chunks", None)),
-            not getattr(cfg, "hybrid_head_on_master", False),
-            bool(getattr(cfg, "hybrid_allow_repeated_devices", False)),
-        )
+def resolved_chunks(placement: Placement) -> Optional[int]:
+    """The chunk count to plan with, before anything is measured: the one given; for AUTO 1
+    on one device (chunking only adds work there) and None on several (the chooser
+    decides on the first batch)."""
+    if placement.chunks is not AUTO:
+        return placement.chunks
+    return 1 if len(devices_of(placement.devices)) == 1 else None
 
 
 @dataclass(frozen=True)
@@ -213,56 +131,42 @@ class PlacementPlan:
 
 
 def build_plan(
-    devices_spec: Optional[str],
-    balance_spec: Optional[str],
+    devices: Optional[Sequence[torch.device]],
+    balance: Optional[Sequence[int]],
     chunks: int,
     encoder_layers: int,
     decoder_layers: int,
     split_head: bool = True,
-    allow_repeated: bool = False,
     head_with_top_layers: bool = True,
 ) -> PlacementPlan:
-    """The plan for these options with ``chunks`` time chunks (``--pipeline-chunks auto``
-    is resolved before this, by whoever owns the performance model: ``runtime.py``).
+    """The plan for ``devices`` (None: this process's device) with ``balance`` layers per
+    device (None: contiguous and as even as possible) and ``chunks`` time chunks.
 
     The master head goes with the top layers (``head_with_top_layers``), where H and S
     are made, rather than onto device 0, which the embeddings already load with the
     largest share of the optimizer step; with input feeding it stays on device 0, where
     the step-by-step decoder attends."""
-    devices = parse_devices(devices_spec, allow_repeated)
+    placed = devices_of(devices)
+    if not all(isinstance(device, torch.device) for device in placed):
+        raise TypeError(f"devices must be torch.device values, not {placed!r}")
     num_layers = min(encoder_layers, decoder_layers)
-    if len(devices) > num_layers:
-        raise HybridConfigError(
-            f"{DEVICES_OPTION} {devices_spec!r} lists {len(devices)} devices for "
-            f"{encoder_layers} encoder / {decoder_layers} decoder layers: every device needs "
-            f"a layer, so use at most {num_layers}"
-        )
+    counts = even_sizes(num_layers, len(placed)) if balance is None else list(balance)
+    if len(counts) != len(placed) or sum(counts) != num_layers or min(counts) < 1:
+        raise ValueError(f"{len(placed)} device(s) with layers per device {counts} for "
+                         f"{num_layers} layers: every device needs a layer and every layer a device")
     if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
-        raise HybridConfigError(
-            f"{CHUNKS_OPTION} {chunks!r} is not allowed: an integer >= 1 (1 = no time chunking) "
-            f"or {AUTO}"
-        )
-    counts = parse_balance(balance_spec, len(devices), num_layers, devices_spec)
+        raise ValueError(f"a plan needs an integer chunk count >= 1, not {chunks!r}")
     layer_device = tuple(index for index, count in enumerate(counts) for _ in range(count))
     head_device = layer_device[-1] if head_with_top_layers else 0
-    return PlacementPlan(tuple(devices), layer_device, chunks, split_head, head_device)
+    return PlacementPlan(placed, layer_device, chunks, split_head, head_device)
 
 
-def plan_for(options: PlacementOptions, encoder_layers: int, decoder_layers: int,
-             chunks: Optional[int] = None, head_with_top_layers: bool = True) -> PlacementPlan:
-    """``build_plan`` from parsed options; ``chunks`` overrides them (auto's choice; until
-    then an automatic setting plans 1 chunk)."""
-    if chunks is None:
-        chunks = 1 if options.chunks == AUTO else options.chunks
-    return build_plan(options.devices, options.balance, chunks, encoder_layers,
-                      decoder_layers, options.split_head, options.allow_repeated,
-                      head_with_top_layers)
-
-
-def chunks_to_choose(options: PlacementOptions, plan: PlacementPlan) -> bool:
-    """Whether the performance model must choose the chunk count before the first update:
-    ``auto`` on several devices (one device runs unchunked, chunking only adds work)."""
-    return options.chunks == AUTO and plan.num_devices > 1
+def plan_for(placement: Placement, encoder_layers: int, decoder_layers: int, chunks: int,
+             head_with_top_layers: bool = True) -> PlacementPlan:
+    """``build_plan`` from typed options, with ``chunks`` time chunks (the options' own
+    count, or the one chosen for AUTO: ``resolved_chunks``)."""
+    return build_plan(placement.devices, placement.balance, chunks, encoder_layers,
+                      decoder_layers, placement.split_head, head_with_top_layers)
 
 
 def place(model: HybridModel, plan: PlacementPlan) -> None:

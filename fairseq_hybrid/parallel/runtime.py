@@ -1,8 +1,9 @@
-"""``HybridRuntime``: one model's parallel life cycle, in one place. It holds the parsed
-placement options, turns them into a plan, places the model's layers (and keeps them
-placed through ``model.to()``), starts the device workers, resolves ``--pipeline-chunks
-auto`` with the chooser it was given (the performance model's, wired in by ``plugin/``:
-this layer does not import it) and then builds the engine with an integer chunk count.
+"""``HybridRuntime``: one model's parallel life cycle, in one place. It holds the typed
+placement options (``placement.Placement``: parsed and checked above this layer), turns
+them into a plan, places the model's layers (and keeps them placed through ``model.to()``),
+starts the device workers, resolves ``AUTO`` chunks with the chooser it was given (the
+performance model's, wired in by ``plugin/``: this layer does not import it) and then
+builds the engine with an integer chunk count.
 
 Nothing starts before the first training step: building a model for generation or a
 checkpoint conversion never starts a thread. Copies of the model (``copy.deepcopy`` for
@@ -21,9 +22,7 @@ from ..model.encoder import EncoderOut
 from ..model.loss import HeadLoss, TokenLoss
 from .engine import HybridEngine
 from .interface import HybridModel
-from .placement import (
-    PlacementOptions, PlacementPlan, chunks_to_choose, parse_chunks, place, plan_for,
-)
+from .placement import Placement, PlacementPlan, devices_of, place, plan_for, resolved_chunks
 from .worker import DeviceWorkers
 
 logger = logging.getLogger(__name__)
@@ -44,10 +43,10 @@ ChunkChooser = Callable[[HybridModel, PlacementPlan, DeviceWorkers, Tensor, Tens
 
 
 class HybridRuntime:
-    def __init__(self, model: HybridModel, options: PlacementOptions,
+    def __init__(self, model: HybridModel, options: Placement,
                  choose_chunks: Optional[ChunkChooser] = None,
                  cpu_threads: Optional[int] = None) -> None:
-        """``choose_chunks`` resolves ``--pipeline-chunks auto`` on several devices (None:
+        """``choose_chunks`` resolves ``AUTO`` chunks on several devices (None:
         2 chunks per device); ``cpu_threads``: torch threads per CPU device worker
         (default: the cores split between them)."""
         self.model = model
@@ -61,8 +60,12 @@ class HybridRuntime:
 
     # ------------------------------------------------------------------ plan
     def plan(self, chunks: Optional[int] = None) -> PlacementPlan:
-        """The plan of the current options (``chunks`` overrides; auto plans 1 until the
-        engine has chosen)."""
+        """The plan of the current options with ``chunks`` time chunks (default: the
+        options' count; ``AUTO`` on several devices is the engine's to choose, so it needs
+        ``chunks`` here)."""
+        chunks = resolved_chunks(self.options) if chunks is None else chunks
+        if chunks is None:
+            raise ValueError("the chunk count is chosen when the engine is built: give chunks")
         return self._plan_of(self.options, chunks)
 
     def place(self, plan: PlacementPlan) -> None:
@@ -80,27 +83,28 @@ class HybridRuntime:
     def engine(self) -> HybridEngine:
         """The training engine, built (and the model placed) on first use."""
         if self._engine is None:
-            self._engine = self._build(self.plan(), None)
+            self._engine = self._build(None)
         return self._engine
 
     def features(self, src_tokens: Tensor, src_lengths: Tensor,
                  prev_output_tokens: Tensor) -> Tuple[Tensor, EncoderOut]:
         """The model-parallel part of a training step (the model's ``forward(hybrid=True)``);
-        the first call resolves ``--pipeline-chunks auto`` on this batch."""
+        the first call resolves ``AUTO`` chunks on this batch."""
         if self._engine is None:
-            self._engine = self._build(self.plan(), (src_tokens, src_lengths, prev_output_tokens))
+            self._engine = self._build((src_tokens, src_lengths, prev_output_tokens))
         return self._engine.features(src_tokens, src_lengths, prev_output_tokens)
 
     def head_loss(self, features: Tensor, encoder_out: EncoderOut, target: Tensor,
                   loss_fn: TokenLoss) -> HeadLoss:
         return self.engine.head_loss(features, encoder_out, target, loss_fn)
 
-    def _build(self, plan: PlacementPlan,
-               batch: Optional[Tuple[Tensor, Tensor, Tensor]]) -> HybridEngine:
+    def _build(self, batch: Optional[Tuple[Tensor, Tensor, Tensor]]) -> HybridEngine:
+        chunks = resolved_chunks(self.options)
+        plan = self._plan_of(self.options, 1 if chunks is None else chunks)  # the chooser measures with 1
         workers = DeviceWorkers(plan.devices, self.cpu_threads)
         self.place(plan)
         note = ""
-        if chunks_to_choose(self.options, plan):
+        if chunks is None:
             if self.choose_chunks is None or batch is None:
                 plan = replace(plan, chunks=2 * plan.num_devices)
                 note = " (auto: 2 per device, no batch measured)"
@@ -119,31 +123,33 @@ class HybridRuntime:
         logger.info("\n" + "\n".join(lines))
         return HybridEngine(self.model, plan, workers)
 
-    def configure(self, cpu_threads: Optional[int] = None, **changes: object) -> None:
-        """Train on other placement options from now on (``PlacementOptions`` field names:
-        devices, balance, chunks, split_head, allow_repeated; ``chunks`` as
-        ``--pipeline-chunks`` takes it): the current engine's workers are closed and the
-        next training step builds a new engine (and resolves auto chunks on its batch)."""
+    def configure(self, options: Optional[Placement] = None, cpu_threads: Optional[int] = None,
+                  **changes: object) -> None:
+        """Train on other placement options from now on: ``options``, or the current ones,
+        with ``changes`` (typed values of its fields: devices, balance, chunks, split_head);
+        the current engine's workers are closed and the next training step builds a new
+        engine (and resolves ``AUTO`` chunks on its batch)."""
         self.close()
-        self.options = self._changed(changes)
+        self.options = self._changed(options, changes)
         self.cpu_threads = cpu_threads or self.cpu_threads
         self.choice = None
 
-    def build_engine(self, **changes: object) -> HybridEngine:
-        """Another engine for the options updated by ``changes``, kept beside the current
-        one (a benchmark keeps several placements warm); ``use_engine`` switches."""
-        plan = self._plan_of(self._changed(changes))
+    def build_engine(self, options: Optional[Placement] = None, **changes: object) -> HybridEngine:
+        """Another engine for ``options`` (or the current ones) updated by ``changes``, kept
+        beside the current one (a benchmark keeps several placements warm); ``use_engine``
+        switches. ``AUTO`` chunks plan 2 per device here: nothing is measured."""
+        options = self._changed(options, changes)
+        chunks = resolved_chunks(options)
+        plan = self._plan_of(options, 2 * len(devices_of(options.devices)) if chunks is None else chunks)
         engine = HybridEngine(self.model, plan, DeviceWorkers(plan.devices, self.cpu_threads))
         self._retired.append(engine)
         return engine
 
-    def _changed(self, changes: Dict[str, object]) -> PlacementOptions:
-        """The current options with ``changes`` (``chunks`` parsed as the option is)."""
-        if "chunks" in changes:
-            changes = {**changes, "chunks": parse_chunks(changes["chunks"])}
-        return replace(self.options, **changes)
+    def _changed(self, options: Optional[Placement], changes: Dict[str, object]) -> Placement:
+        """``options`` (default: the current ones) with the typed ``changes``."""
+        return replace(self.options if options is None else options, **changes)
 
-    def _plan_of(self, options: PlacementOptions, chunks: Optional[int] = None) -> PlacementPlan:
+    def _plan_of(self, options: Placement, chunks: int) -> PlacementPlan:
         encoder, decoder = self.model.encoder, self.model.decoder
         return plan_for(options, encoder.num_layers, decoder.num_layers, chunks,
                         head_with_top_layers=not decoder.input_feeding)

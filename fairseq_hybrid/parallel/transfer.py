@@ -9,7 +9,7 @@ Phases, in the order today's step runs them:
 - ``pipeline_forward``: a layer's output to the next layer's device; the encoder's final
   state to device 0 for the bridge and the bridged state to the decoder layer's device.
 - ``head_forward``: each shard's slices of H and S from the top layers' device (with
-  ``--hybrid-head-on-master``: H and S where the head is), its target, padding mask and
+  a plan without ``split_head``: H and S where the head is), its target, padding mask and
   combine mask from device 0, the shard losses back to device 0.
 - ``head_params``: the head's parameters from the master head's device to each replica, at
   the start of the step (one broadcast).

@@ -39,7 +39,7 @@ def _measure_cells(
 ) -> Tuple[Dict[Key, float], Dict[Key, float], Dict[Key, int], int, int, int]:
     """One forward + backward of every cell on one device, through the pipeline's own code."""
     layers = model.encoder.num_layers
-    plan = build_plan(str(device), None, chunks, layers, layers)
+    plan = build_plan((device,), None, chunks, layers, layers)
     net = sample["net_input"]
     with torch.no_grad():
         draws = model.draw_step(net["src_tokens"], net["prev_output_tokens"])

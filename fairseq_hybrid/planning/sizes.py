@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
+import torch
+
 from ..model.presets import preset_values
 from ..parallel.placement import build_plan
 
@@ -86,5 +88,7 @@ BENCHMARK_PRESETS: Dict[str, Preset] = {
 
 
 def layer_map(devices: int, layers: int, balance: Optional[str] = None) -> Tuple[int, ...]:
-    """Layer -> device index, as fairseq_hybrid.parallel.placement plans it."""
-    return build_plan(",".join(["cpu"] * devices), balance, 1, layers, layers).layer_device
+    """Layer -> device index, as fairseq_hybrid.parallel.placement plans it (``balance``:
+    layers per device as the advisor writes them, e.g. ``2,1,1``)."""
+    counts = None if balance is None else tuple(int(count) for count in balance.split(","))
+    return build_plan((torch.device("cpu"),) * devices, counts, 1, layers, layers).layer_device

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import glob
 import os
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
@@ -48,13 +48,13 @@ from .criterion import validate_criterion_args
 from .generation_data import check_generation_data
 from .generation_options import check_generation_values
 from ..errors import HybridConfigError
-from .placement_options import check_plan_options
+from .placement_options import PlacementOptions, placement_options
 
 
-def run_checks(args: Any, argv: Optional[Sequence[str]] = None) -> Any:
+def run_checks(args: Any) -> PlacementOptions:
     """Every parse-time check on ``args`` (fairseq-train's flat namespace, or the composed
-    Hydra config's groups flattened into one); returns the placement plan.
-    ``argv``: the command line ``check_plan_options`` reads (None: ``sys.argv``)."""
+    Hydra config's groups flattened into one); returns the placement options, parsed
+    (``placement_options.placement_options``: the gate)."""
 
     validate_model_config(args)
     check_precision(args)
@@ -62,9 +62,9 @@ def run_checks(args: Any, argv: Optional[Sequence[str]] = None) -> Any:
     check_training_options(args)
     check_split_sizes(args)
     check_restore_file(args)
-    plan = check_plan_options(args, argv=argv)
+    placement = placement_options(args)
     validate_criterion_args(args)
-    return plan
+    return placement
 
 
 def check_data_dir(args: Any) -> None:

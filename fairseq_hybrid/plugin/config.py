@@ -92,9 +92,9 @@ class HybridLSTMConfig(FairseqDataclass):
         },
     )
     # fairseq already defines --pipeline-chunks (default 0, for --pipeline-model-parallel);
-    # this field shares its value (``--pipeline-chunks auto`` parses to 0, see
-    # fairseq_patches). 0 = automatic: 1 on one device, else the K the performance model
-    # predicts fastest, measured on the first batch (chunking/auto_chunks.py).
+    # this field shares its value: 0 is "not given", and ``auto`` is stored as 0 too. The
+    # gate (``placement_options``) reads it as AUTO: 1 on one device, else the K the
+    # performance model predicts fastest, measured on the first batch (chunking/auto_chunks.py).
     pipeline_chunks: Optional[int] = field(
         default=0,
         metadata={

@@ -42,7 +42,9 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
   sentences of the epoch not yet trained on, where fairseq skipped a count of batches.
 - ``pipeline_chunks_auto``: ``--pipeline-chunks`` is fairseq's own integer option (the
   model shares it); it also takes ``auto`` (read as 0, fairseq's default, which hybrid_lstm
-  takes as "chosen by the performance model" on several devices). fairseq's
+  takes as "chosen by the performance model" on several devices), and a hybrid_lstm
+  run's parser refuses an explicit value below 1 (``placement_options.chunks_argument``;
+  other models keep fairseq's integer). fairseq's
   ``get_parser`` imports the ``--user-dir`` before it builds the parser, so wrapping
   ``options.add_distributed_training_args`` reaches fairseq-train's parser.
 - ``checked_generation_options``: fairseq-generate/-interactive/-validate refuse, once
@@ -102,7 +104,8 @@ from fairseq.trainer import Trainer
 from . import (batch_limits, checkpoint_fit, checkpoints, checks, clipping, data_parallel,
                generation_options, resumed_epoch, results_file, sentence_limits, stops, usage_errors,
                world_size)
-from ..errors import PREFIX, HybridConfigError, HybridError, HybridRuntimeError, hybrid_error_in
+from ..errors import PREFIX, HybridError, HybridRuntimeError, hybrid_error_in
+from .placement_options import chunks_argument
 
 
 # ------------------------------------------------------------------ torch.load
@@ -295,24 +298,9 @@ CHUNKS_HELP = ("hybrid_lstm: time chunks per batch for its layer pipeline, an in
                "update)")
 
 
-def chunks_argument(text: str) -> int:
-    """``--pipeline-chunks``'s value: ``auto`` is 0 (unset: automatic), else an integer
-    (values below 1 are refused by the placement checks, which name the option)."""
-    value = text.strip().lower()
-    if value == "auto":
-        return 0
-    try:
-        return int(value)
-    except ValueError:
-        raise HybridConfigError(
-            f"--pipeline-chunks {text!r} is not allowed: an integer >= 1 (1 = no time chunking) "
-            "or auto"
-        ) from None
-
-
 def pipeline_chunks_auto() -> None:
     """Wrap ``fairseq.options.add_distributed_training_args`` (once) so the parsers it
-    builds accept ``--pipeline-chunks auto``."""
+    builds accept ``--pipeline-chunks auto`` (``placement_options.chunks_argument``)."""
 
     original = options.add_distributed_training_args
     if getattr(original, "_hybrid_auto_chunks", False):
@@ -323,7 +311,7 @@ def pipeline_chunks_auto() -> None:
         group = original(parser, *args, **kwargs)
         action = parser._option_string_actions.get("--pipeline-chunks")
         if action is not None:
-            action.type = chunks_argument
+            action.type = chunks_argument(parser)
             if CHUNKS_HELP not in (action.help or ""):  # fairseq's meaning first, for every model
                 action.help = f"{action.help or ''} (--pipeline-model-parallel); {CHUNKS_HELP}"
         return group

@@ -20,7 +20,6 @@ from ..model.decoder import HybridLSTMDecoder
 from ..model.encoder import HybridLSTMEncoder
 from ..model.initialized_layers import embedding
 from ..model.network import HybridLSTMNetwork
-from ..parallel.placement import PlacementOptions
 from ..parallel.runtime import HybridRuntime
 from ..chunking.auto_chunks import choose_for_batch
 from .checks import check_state_dict, run_checks
@@ -33,6 +32,7 @@ from .config import (
 )
 from ..errors import HybridConfigError
 from .integration import adapt_fairseq_defaults
+from .placement_options import PlacementOptions, placement_options
 
 MODEL_NAME = "hybrid_lstm"
 logger = logging.getLogger(__name__)
@@ -66,8 +66,8 @@ class HybridLSTMModel(HybridLSTMNetwork):
         overrides = getattr(getattr(cfg, "common_eval", None), "model_overrides", None) or "{}"
         requested = ast.literal_eval(overrides) if isinstance(overrides, str) else dict(overrides)
         if requested.get("hybrid_devices"):
-            options = PlacementOptions.from_config(SimpleNamespace(**requested))
-            self.runtime.options = options
+            layers = (self.encoder.num_layers, self.decoder.num_layers)
+            self.runtime.options = placement_options(SimpleNamespace(**requested), layers)
             plan = self.runtime.plan(chunks=1)
             self.runtime.place(plan)
             logger.info("generation placement:\n" + plan.table())
@@ -112,18 +112,22 @@ class HybridLSTMModel(HybridLSTMNetwork):
             input_feeding=cfg.input_feeding,
             max_target_positions=cfg.max_target_positions,
         )
-        return cls(encoder, decoder, PlacementOptions.from_config(cfg))
+        # the devices of a checkpoint's config are the ones it trained on: generation ignores
+        # them (``prepare_for_inference_``), so they need not exist on this machine
+        return cls(encoder, decoder, placement_options(cfg, on_this_machine=False))
 
 
 def parse_time_checks(args: Any) -> None:
     """Runs while fairseq-train parses the command line (fairseq calls the --arch function
     there), so bad values stop the run before any file is touched. fairseq also calls an
     architecture function from ``build_model`` with the model's config alone (a preset
-    named under fairseq-hydra-train): there are no run options to adapt then
-    (``hydra_callback`` adapted them before fairseq started)."""
-    plan = run_checks(args)  # the one list, shared with fairseq-hydra-train
-    if hasattr(args, "distributed_world_size"):
-        adapt_fairseq_defaults(args, sum(1 for d in set(plan.devices) if d.type == "cuda"), len(plan.devices))
+    named under fairseq-hydra-train, or read back from a checkpoint): there is no run to
+    check or adapt then (``hydra_callback`` did both before fairseq started; ``build_model``
+    reads the model's options)."""
+    if not hasattr(args, "distributed_world_size"):
+        return
+    devices = run_checks(args).all_devices()  # the one list, shared with fairseq-hydra-train
+    adapt_fairseq_defaults(args, sum(1 for d in set(devices) if d.type == "cuda"), len(devices))
 
 
 def preset_architecture(preset: str) -> Callable[[Any], None]:

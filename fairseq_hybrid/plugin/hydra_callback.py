@@ -39,9 +39,9 @@ from . import save_dir_lock
 from .checks import run_checks
 from .config import HybridLSTMConfig, apply_preset
 from ..errors import HybridConfigError
-from .fairseq_patches import chunks_argument
 from .hybrid_lstm import MODEL_NAME
 from .integration import adapt_fairseq_config
+from .placement_options import chunks_of, stored_chunks
 
 # the groups whose options the parse-time checks read, in fairseq-train's flat namespace
 # (later groups win a shared name: the model's pipeline_chunks over fairseq's own)
@@ -175,11 +175,11 @@ def check_run_config(config: DictConfig, overrides: Sequence[str]) -> None:
             "(task.data=DIR)"
         )
     check_pipeline_chunks(config)
-    plan = run_checks(flat, argv=[])  # model.pipeline_chunks=0 means automatic
+    devices = run_checks(flat).all_devices()
     if not flat.no_save and first_process():  # before Hydra writes .hydra/ into it
         save_dir_lock.refuse_if_held(flat.save_dir)
-    cuda_devices = sum(1 for device in set(plan.devices) if device.type == "cuda")
-    adapt_fairseq_config(config, cuda_devices, len(plan.devices), explicit_options(config, overrides))
+    cuda_devices = sum(1 for device in set(devices) if device.type == "cuda")
+    adapt_fairseq_config(config, cuda_devices, len(devices), explicit_options(config, overrides))
 
 
 def first_process() -> bool:
@@ -188,18 +188,13 @@ def first_process() -> bool:
 
 
 def normalise_pipeline_chunks(config: DictConfig) -> None:
-    """``model.pipeline_chunks=auto`` (or a number Hydra read as text) becomes the integer
-    the model's option holds: auto is 0, as for fairseq-train's ``--pipeline-chunks auto``."""
+    """``model.pipeline_chunks`` (``auto``, a number, or a number Hydra read as text) is
+    checked and becomes the integer the model's option holds (auto: 0, fairseq's default,
+    as for fairseq-train's ``--pipeline-chunks auto``; ``placement_options.chunks_of``)."""
 
     model = config.get("model")
-    if isinstance(model, DictConfig) and isinstance(model.get("pipeline_chunks"), str):
-        try:
-            model.pipeline_chunks = chunks_argument(model.pipeline_chunks)
-        except HybridConfigError:
-            raise HybridConfigError(
-                f"model.pipeline_chunks {model.pipeline_chunks!r} is not allowed: an integer "
-                ">= 1 (1 = no time chunking) or auto"
-            ) from None
+    if isinstance(model, DictConfig) and "pipeline_chunks" in model:
+        model.pipeline_chunks = stored_chunks(chunks_of(model.pipeline_chunks, "model.pipeline_chunks"))
 
 
 def check_pipeline_chunks(config: DictConfig) -> None:

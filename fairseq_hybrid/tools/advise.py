@@ -29,10 +29,10 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 from .advice_report import REPLICA_LIMIT, command_line, format_report, recommendation_rows
 from ..errors import HybridConfigError
-from ..chunking.auto_chunks import probe_chunks
 from ..jsonio import write_json_atomic
-from ..parallel.placement import PlacementPlan
-from ..plugin.placement_options import check_plan_options
+from ..chunking.auto_chunks import probe_chunks
+from ..parallel.placement import Devices
+from ..plugin.placement_options import PlacementOptions, parse_balance, placement_options
 from ..parallel.worker import cpu_threads_per_worker
 from ..planning.measure import measure_model_stage_times
 from ..planning.compare import ddp_step
@@ -126,8 +126,8 @@ def model_size(model: Any, vocab: int) -> ModelSize:
                      decoder_hidden=model.decoder.hidden_size)
 
 
-def measure_batch(model: Any, task: Any, sample: dict, plan: PlacementPlan, threads: int) -> StageTimes:
-    """Stage times of ``sample`` on the plan's first device (cells at two chunk counts,
+def measure_batch(model: Any, task: Any, sample: dict, device: torch.device, threads: int) -> StageTimes:
+    """Stage times of ``sample`` on ``device`` (cells at two chunk counts,
     extended to every candidate by the fit)."""
     src, tgt = sample["net_input"]["src_tokens"], sample["net_input"]["prev_output_tokens"]
     batch = BatchSize(src.size(0), src.size(1), tgt.size(1))
@@ -135,15 +135,15 @@ def measure_batch(model: Any, task: Any, sample: dict, plan: PlacementPlan, thre
     stage = measure_model_stage_times(
         model, task.target_dictionary, sample, model_size(model, len(task.target_dictionary)), batch,
         probe_chunks(batch.source_len, batch.target_len), list(range(1, layers + 1)), repeats=1,
-        threads=threads, device=str(plan.devices[0]))
+        threads=threads, device=str(device))
     return with_fitted_cells(stage)
 
 
-def time_real_steps(model: Any, criterion: Any, sample: dict, devices: str, chunks: int,
-                    balance: Optional[str], steps: int = CHECK_STEPS) -> float:
+def time_real_steps(model: Any, criterion: Any, sample: dict, placement: PlacementOptions, chunks: int,
+                    balance: Optional[Tuple[int, ...]], steps: int = CHECK_STEPS) -> float:
     """Median seconds of ``steps`` real training steps (forward, backward, clip, Adam)
-    through the engine on ``devices``, after one warm-up step."""
-    model.runtime.configure(devices=devices, chunks=chunks, balance=balance)
+    through the engine on ``placement``'s devices, after one warm-up step."""
+    model.runtime.configure(placement, chunks=chunks, balance=balance)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=1e-9)
     samples: List[float] = []
@@ -166,14 +166,14 @@ def time_real_steps(model: Any, criterion: Any, sample: dict, devices: str, chun
 
 
 def compare_with_ddp(model: Any, task: Any, dataset: Any, args: argparse.Namespace,
-                     plan: PlacementPlan, threads: int, link: Link, schedule: str, given: int,
+                     devices: Devices, threads: int, link: Link, schedule: str, given: int,
                      given_tokens: int, hybrid: Prediction) -> Dict[str, Any]:
     """fairseq's data parallelism of the same model over the same devices at the same
     global batch (each process 1/N of --max-tokens, measured at that batch) against the
     recommended hybrid configuration, both predicted by the same model."""
-    n = plan.num_devices
+    n = len(devices)
     share = representative_batch(dataset, max(1, given // n), args)
-    stage = measure_batch(model, task, share, plan, threads)
+    stage = measure_batch(model, task, share, devices[0], threads)
     ddp = ddp_step(stage, n, link)
     ddp_tokens_per_s = n * int(share["ntokens"]) / ddp["total"]
     winner = "hybrid" if hybrid.tokens_per_s >= ddp_tokens_per_s else "ddp"
@@ -189,11 +189,12 @@ def compare_with_ddp(model: Any, task: Any, dataset: Any, args: argparse.Namespa
 
 def advise(args: argparse.Namespace, progress=lambda message: None) -> Dict[str, Any]:
     started = time.perf_counter()
-    plan = check_plan_options(args, argv=[])
-    devices = args.hybrid_devices or str(plan.devices[0])
-    schedule = "dataflow" if any(d.type == "cuda" for d in plan.devices) else "cycle"
+    placement = placement_options(args)
+    placed = placement.all_devices()
+    devices = args.hybrid_devices or str(placed[0])
+    schedule = "dataflow" if any(d.type == "cuda" for d in placed) else "cycle"
     link = GPU_LINK if schedule == "dataflow" else Link()
-    threads = cpu_threads_per_worker(sum(1 for d in plan.devices if d.type == "cpu"))
+    threads = cpu_threads_per_worker(sum(1 for d in placed if d.type == "cpu"))
     task, model, criterion = load_task_and_model(args)
     dataset = task.dataset(args.train_subset)
     longest = int(max(np.max(dataset.src_sizes), np.max(dataset.tgt_sizes)))
@@ -205,9 +206,9 @@ def advise(args: argparse.Namespace, progress=lambda message: None) -> Dict[str,
     samples: Dict[int, dict] = {}
     for max_tokens in sweep:
         samples[max_tokens] = representative_batch(dataset, max_tokens, args)
-        stages[max_tokens] = measure_batch(model, task, samples[max_tokens], plan, threads)
+        stages[max_tokens] = measure_batch(model, task, samples[max_tokens], placed[0], threads)
         progress(f"measured --max-tokens {max_tokens}")
-    n = plan.num_devices
+    n = len(placed)
 
     def tokens_of(max_tokens: int) -> int:
         return int(samples[max_tokens]["ntokens"])
@@ -218,8 +219,8 @@ def advise(args: argparse.Namespace, progress=lambda message: None) -> Dict[str,
     stage = stages[given]
     balanced, is_even = best_balance(stage, n, schedule, link, tokens_of(given))
     capacity = 0
-    if plan.devices[0].type == "cuda":
-        capacity = torch.cuda.get_device_properties(plan.devices[0]).total_memory
+    if placed[0].type == "cuda":
+        capacity = torch.cuda.get_device_properties(placed[0]).total_memory
     fits = memory_limit({m: s.peak_bytes for m, s in stages.items()}, capacity)
     by_devices = {count: best_chunks(stage, count, schedule, link, tokens=tokens_of(given))
                   for count in range(1, model.encoder.num_layers + 1)}
@@ -227,15 +228,16 @@ def advise(args: argparse.Namespace, progress=lambda message: None) -> Dict[str,
     replicas = replica_knee(balanced, grad_bytes, args.link_gbps, args.link_latency_us * 1e-6,
                             limit=REPLICA_LIMIT, overlapped=n == 1)
 
-    versus_ddp = compare_with_ddp(model, task, dataset, args, plan, threads, link, schedule,
+    versus_ddp = compare_with_ddp(model, task, dataset, args, placed, threads, link, schedule,
                                   given, tokens_of(given), balanced) if n > 1 else None
     progress(f"timing {CHECK_STEPS} real steps of the recommendation on {devices}")
-    measured_step = time_real_steps(model, criterion, samples[given], devices, balanced.chunks,
-                                    None if is_even else balanced.balance)
+    measured_step = time_real_steps(
+        model, criterion, samples[given], placement, balanced.chunks,
+        None if is_even else parse_balance(balanced.balance, n, model.encoder.num_layers))
     report: Dict[str, Any] = {
         "what": "python -m fairseq_hybrid.tools.advise: recommendations of the performance model "
                 "from stage times measured on this machine",
-        "devices": devices, "schedule": schedule, "measured_on": str(plan.devices[0]),
+        "devices": devices, "schedule": schedule, "measured_on": str(placed[0]),
         "threads_per_cpu_device": threads, "torch": torch.__version__,
         "given_max_tokens": given, "link_gbps": args.link_gbps,
         "link_latency_us": args.link_latency_us, "gradient_bytes": grad_bytes,
