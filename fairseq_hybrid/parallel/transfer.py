@@ -83,12 +83,24 @@ class Transfers:
         """``tensors`` (on device ``source``) on each of ``destinations``: the same tensors
         where a destination is the source's device, else copies — one coalesced collective
         when they are all distinct GPUs."""
-        out: Dict[int, List[Tensor]] = {}
-        copies = []
+        self.record_broadcast(tensors, source, destinations, phase)
+        return self.broadcast_unrecorded(tensors, source, destinations)
+
+    def record_broadcast(self, tensors: Sequence[Tensor], source: int,
+                         destinations: Sequence[int], phase: str) -> None:
+        """The ledger's part of ``broadcast`` alone (recorded when the broadcast is issued,
+        whichever thread then runs it)."""
         for index in destinations:
             if index != source:
                 for tensor in tensors:
                     self.ledger.record(source, index, phase, nbytes(tensor))
+
+    def broadcast_unrecorded(self, tensors: Sequence[Tensor], source: int,
+                             destinations: Sequence[int]) -> Dict[int, List[Tensor]]:
+        """The copies of ``broadcast`` without recording them."""
+        out: Dict[int, List[Tensor]] = {}
+        copies = []
+        for index in destinations:
             if self.devices[index] == self.devices[source]:
                 out[index] = list(tensors)
             else:
@@ -107,12 +119,22 @@ class Transfers:
         ``tensors`` (device index -> tensors on that device; None: no contribution), in
         the order of the indices — one coalesced collective when every list is complete
         and on its own GPU, the destination's among them."""
-        indices = sorted(tensors)
-        for index in indices:
+        self.record_reduce(tensors, destination, phase)
+        return self.reduce_add_unrecorded(tensors, destination)
+
+    def record_reduce(self, tensors: Dict[int, List[Optional[Tensor]]], destination: int,
+                      phase: str) -> None:
+        """The ledger's part of ``reduce_add`` alone (recorded when it is issued)."""
+        for index in sorted(tensors):
             if index != destination:
                 for tensor in tensors[index]:
                     if tensor is not None:
                         self.ledger.record(index, destination, phase, nbytes(tensor))
+
+    def reduce_add_unrecorded(self, tensors: Dict[int, List[Optional[Tensor]]],
+                              destination: int) -> List[Optional[Tensor]]:
+        """The sums of ``reduce_add`` without recording them."""
+        indices = sorted(tensors)
         devices = [self.devices[i] for i in indices]
         complete = all(t is not None for i in indices for t in tensors[i])
         if (complete and len(indices) > 1 and destination in indices

@@ -86,6 +86,7 @@ class DeviceWorkers:
             )
             for index, device in enumerate(self.devices)
         ]
+        self.on_close: List[Callable[[], None]] = []  # what else stops with these threads
 
     def _init_thread(self, device: torch.device) -> None:
         if device.type == "cuda":
@@ -148,5 +149,8 @@ class DeviceWorkers:
         return [future.result() for future in futures]
 
     def close(self) -> None:
+        """Stop the threads (and what ``on_close`` lists: the engine's collective worker)."""
         for executor in self._executors:
             executor.shutdown(wait=True)
+        for stop in self.on_close:
+            stop()
