@@ -192,7 +192,7 @@ def test_step_trace_splits_a_two_device_step_into_its_phases(monkeypatch, capsys
     monkeypatch.setattr(step_trace, "step_row", keep)
     trace = step_trace.trace_steps(ModelSize(2, 8, 8, 40), BatchSize(6, 7, 5), "cpu,cpu", 3,
                                    steps=2, warm_up=1)
-    counts = {phase: sum(1 for _, p, _ in records[0].tasks if p == phase) for phase in step_trace.PHASES}
+    counts = {phase: sum(1 for _, p, _, _ in records[0].tasks if p == phase) for phase in step_trace.PHASES}
     assert counts == {"pipeline forward": 12, "head forward": 2, "head backward": 2,
                       "pipeline backward": 12}
     times = trace["median_s"]
