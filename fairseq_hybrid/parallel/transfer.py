@@ -19,7 +19,10 @@ Phases, in the order today's step runs them:
 The two collectives (``broadcast``, ``reduce_add``) are recorded as the transfers they
 stand for (the source to each destination, each source to the destination); on distinct
 GPUs each is one coalesced NCCL call (``torch.nn.parallel.comm``), which moves the same bytes
-along a ring instead of one copy after another from device 0.
+along a ring instead of one copy after another from device 0. The engine records each when
+it issues it (``record_broadcast``, ``record_reduce``) and runs its copies on the collective
+worker (``*_unrecorded``, ``collective_worker.py``), so the ledger is complete as soon as a
+collective is issued, whichever thread runs it.
 - ``pipeline_backward``: output and state gradients, the reverse of the forward's.
 """
 from __future__ import annotations

@@ -13,6 +13,8 @@ is ordered by torch itself: a cross-device ``Tensor.to`` waits for both devices'
 streams (a GPU -> CPU copy waits for the kernels that made its input), and ``run_all``
 returns only after each task has issued its work. So no events are needed, and the same
 code runs on CPU devices, GPUs, a mix, or one GPU listed twice (two workers, one stream).
+(The head's two collectives run on a thread of their own, on side streams ordered by
+events: ``collective_worker.py``; ``close`` stops it with the workers, ``on_close``.)
 """
 from __future__ import annotations
 
