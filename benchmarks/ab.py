@@ -144,7 +144,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if unknown:
         parser.error(f"--configs {args.configs}: {', '.join(unknown)} not among {', '.join(available)}")
     configs = [available[key] for key in wanted]
-    data = args.data or str(sample_data(preset.vocab, Path(args.work) / f"sample-v{preset.vocab}"))
+    # absolute: each run trains in a temporary directory of its own
+    data = str(Path(args.data).resolve()) if args.data else str(
+        sample_data(preset.vocab, Path(args.work).resolve() / f"sample-v{preset.vocab}"))
     command = shlex.join(["python", "-m", "benchmarks.ab", *(sys.argv[1:] if argv is None else argv)])
     print(f"command: {command}")
     with ExitStack() as stack:
