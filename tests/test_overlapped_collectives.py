@@ -180,6 +180,25 @@ def test_a_failing_collective_is_one_line_and_the_next_step_trains(monkeypatch, 
         model.runtime.close()
 
 
+def test_a_step_that_stops_before_the_head_leaves_nothing_for_the_next(monkeypatch):
+    """The pipeline fails after the broadcast was issued: the next step's numbers are a
+    fresh step's (the untaken broadcast and the unused gate are dropped)."""
+    model, criterion, batches = training_setup()
+    try:
+        _, reference, _ = accumulated_step(model, criterion, batches[:1])
+        layer = model.decoder.stack.layers[1]
+        weight = layer.weight_ih_l0.data
+        layer.weight_ih_l0.data = weight[:, :3]  # a broken layer
+        with pytest.raises(WorkerError, match="decoder layer 1 chunk 0 failed"):
+            criterion(model, batches[0])
+        layer.weight_ih_l0.data = weight
+        _, grads, _ = accumulated_step(model, criterion, batches[:1])
+    finally:
+        model.runtime.close()
+    assert grads.keys() == reference.keys()
+    assert all(torch.equal(grads[name], reference[name]) for name in grads)
+
+
 def test_the_collective_worker_keeps_issue_order_and_reports_a_failure():
     worker = CollectiveWorker([CPU, CPU], inline=False)
     order = []

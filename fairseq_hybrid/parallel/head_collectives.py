@@ -51,8 +51,8 @@ class HeadReplicas:
     def refresh(self, head: AttentionHead, workers: Sequence[int]) -> None:
         """Issue the broadcast of ``head``'s values to the devices of ``workers`` (the
         ledger records it now); the coming head run sets the replicas to them."""
-        if self._pending is not None:  # a refresh no head run took: done before the next
-            self._pending.wait()
+        # a broadcast no head run took (its step stopped before the head) is dropped: the
+        # worker runs collectives in issue order, so the new one comes after it anyway
         tensors = [param.data for param in head.parameters()]
         destinations = list(workers)
         self.transfers.record_broadcast(tensors, self.root, destinations, "head_params")
