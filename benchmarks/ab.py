@@ -1,31 +1,46 @@
 """Before and after, interleaved, in one run: ``fairseq-train`` target tokens/s of the
-scaling benchmark's configurations with this checkout's plugin (after) and with the
-plugin at another commit (before, from a temporary git worktree).
+scaling benchmark's configurations with this checkout's plugin (after) and either with the
+plugin at another commit (``--base``: from a temporary git worktree) or with this plugin
+with one of its internal switches set (``--switch``: the same code, one mechanism turned
+back to what it was).
 
     python -m benchmarks.ab --base 228701d --configs e,c --rounds 5
+    python -m benchmarks.ab --switch inline-collectives --configs e --rounds 6
 
-Each round trains every configuration with both plugins, the order alternating between
+Each round trains every configuration with both sides, the order alternating between
 rounds (before-after, then after-before) so a machine that slows down or speeds up during
 the run charges both alike; ``--updates`` updates each, the first log interval warm-up.
 The report gives each side's median, the after/before ratio of the medians and every
 round's own ratio: on a shared machine single runs move by up to 20%, so a change is
-visible only where the rounds' ratios agree. Only the plugin differs between the sides:
-the same venv, fairseq, data (the scaling benchmark's) and options.
+visible only where the rounds' ratios agree. Only the plugin (or the switch) differs
+between the sides: the same venv, fairseq, data (the scaling benchmark's) and options. The
+command that was run and each side's ``fairseq-train`` command are printed first. Run it
+with nothing else on the machine.
+
+Switches (environment variables the plugin reads; not user options):
+- ``inline-collectives``: before = ``FAIRSEQ_HYBRID_INLINE_COLLECTIVES=1``, the head's
+  parameter broadcast and gradient reduction run on the calling thread when issued (as the
+  engine did before it overlapped them); after = overlapped on the collective worker.
 """
 from __future__ import annotations
 
 import argparse
+import shlex
 import subprocess
+import sys
 import tempfile
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence
 
 from fairseq_hybrid.planning.measure import median
 
 from .data import sample_data
-from .fairseq_runs import ROOT, USER_DIR, BenchmarkError, run_training
 from fairseq_hybrid.jsonio import write_json_atomic
+from fairseq_hybrid.parallel.collective_worker import INLINE_VARIABLE
+
+from .fairseq_runs import ROOT, USER_DIR, BenchmarkError, run_training, train_command
 from .scaling import PRESETS, configurations, parse_devices
 
 
@@ -47,16 +62,36 @@ def worktree(revision: str) -> Iterator[Path]:
                            capture_output=True)
 
 
-def compare(data: str, configs: Sequence, user_dirs: Dict[str, str], rounds: int, updates: int,
+SWITCHES = {"inline-collectives": {INLINE_VARIABLE: "1"}}  # name -> the "before" side's env
+
+
+@dataclass(frozen=True)
+class Side:
+    """What one side trains with: a plugin directory and environment variables to set."""
+    user_dir: str = USER_DIR
+    env: Dict[str, str] = field(default_factory=dict)
+
+
+def side_commands(data: str, config, sides: Dict[str, Side], updates: int,
+                  log_interval: int) -> Dict[str, str]:
+    """Each side's ``fairseq-train`` command line (its environment in front) for ``config``."""
+    return {name: " ".join([*(f"{k}={shlex.quote(v)}" for k, v in side.env.items()),
+                            shlex.join(train_command(data, config, updates, log_interval, None, "",
+                                                     user_dir=side.user_dir))])
+            for name, side in sides.items()}
+
+
+def compare(data: str, configs: Sequence, sides: Dict[str, Side], rounds: int, updates: int,
             log_interval: int, progress=print) -> Dict[str, object]:
-    """``rounds`` interleaved rounds of every config with each side's plugin."""
-    speeds: Dict[str, Dict[str, List[float]]] = {c.key: {side: [] for side in user_dirs} for c in configs}
-    sides = list(user_dirs)
+    """``rounds`` interleaved rounds of every config with each side."""
+    speeds: Dict[str, Dict[str, List[float]]] = {c.key: {side: [] for side in sides} for c in configs}
+    names = list(sides)
     for round_index in range(rounds):
-        order = sides if round_index % 2 == 0 else sides[::-1]
+        order = names if round_index % 2 == 0 else names[::-1]
         for config in configs:
             for side in order:
-                result = run_training(data, config, updates, log_interval, user_dir=user_dirs[side])
+                result = run_training(data, config, updates, log_interval,
+                                      user_dir=sides[side].user_dir, env=dict(sides[side].env))
                 speeds[config.key][side].append(result.target_wps)
                 progress(f"round {round_index + 1}/{rounds} ({config.key}) {side}: "
                          f"{result.target_wps:,.0f} target tokens/s")
@@ -73,6 +108,7 @@ def compare(data: str, configs: Sequence, user_dirs: Dict[str, str], rounds: int
 
 
 def format_report(report: Dict[str, object], base: str) -> str:
+    """``base``: what the before side is (a commit, or a switch and its setting)."""
     lines = [f"after (this checkout) / before ({base}), target tokens/s, medians:"]
     for key, entry in report.items():
         rounds = ", ".join(f"{r:.3f}" for r in entry["round_ratios"])
@@ -84,7 +120,10 @@ def format_report(report: Dict[str, object], base: str) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--base", required=True, help="the commit to compare against (before)")
+    before = parser.add_mutually_exclusive_group(required=True)
+    before.add_argument("--base", help="the commit to compare against (before)")
+    before.add_argument("--switch", choices=sorted(SWITCHES),
+                        help="before: this checkout with the internal switch set")
     parser.add_argument("--configs", default="e", help="scaling configurations, e.g. e,c,b1 (default e)")
     parser.add_argument("--devices", default="cpu,cpu")
     parser.add_argument("--preset", choices=["small"], default="small")
@@ -104,14 +143,28 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     unknown = [key for key in wanted if key not in available]
     if unknown:
         parser.error(f"--configs {args.configs}: {', '.join(unknown)} not among {', '.join(available)}")
-    data = args.data or str(sample_data(preset.vocab, Path(args.work) / f"sample-v{preset.vocab}"))
-    with worktree(args.base) as base_root:
-        report = compare(data, [available[key] for key in wanted],
-                         {"before": str(base_root / "fairseq_hybrid"), "after": USER_DIR},
-                         args.rounds, args.updates, args.log_interval)
-    print(format_report(report, args.base))
+    configs = [available[key] for key in wanted]
+    # absolute: each run trains in a temporary directory of its own
+    data = str(Path(args.data).resolve()) if args.data else str(
+        sample_data(preset.vocab, Path(args.work).resolve() / f"sample-v{preset.vocab}"))
+    command = shlex.join(["python", "-m", "benchmarks.ab", *(sys.argv[1:] if argv is None else argv)])
+    print(f"command: {command}")
+    with ExitStack() as stack:
+        if args.base is not None:
+            base_root = stack.enter_context(worktree(args.base))
+            sides = {"before": Side(str(base_root / "fairseq_hybrid")), "after": Side()}
+            base = args.base
+        else:
+            sides = {"before": Side(env=SWITCHES[args.switch]), "after": Side()}
+            base = " ".join(f"{k}={v}" for k, v in SWITCHES[args.switch].items())
+        for config in configs:
+            for name, line in side_commands(data, config, sides, args.updates,
+                                            args.log_interval).items():
+                print(f"({config.key}) {name}: {line}")
+        report = compare(data, configs, sides, args.rounds, args.updates, args.log_interval)
+    print(format_report(report, base))
     if args.json:
-        write_json_atomic({"base": args.base, "configs": report}, args.json)
+        write_json_atomic({"base": base, "command": command, "configs": report}, args.json)
 
 
 if __name__ == "__main__":

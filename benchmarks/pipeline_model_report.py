@@ -12,9 +12,10 @@ def phase_times(parts: Mapping[str, float]) -> Dict[str, float]:
     criterion's forward (embeddings, pipeline, head), ``loss.backward()``, clip + Adam."""
     return {
         "forward": round(parts["embeddings_forward"] + parts["pipeline_forward"]
-                         + parts["head_forward"], 5),
+                         + parts.get("head_broadcast", 0.0) + parts["head_forward"], 5),
         "backward": round(parts["pipeline_backward"] + parts["head_backward"]
-                          + parts["head_transfers"] + parts["embeddings_backward"], 5),
+                          + parts["head_transfers"] + parts.get("head_reduction", 0.0)
+                          + parts["embeddings_backward"], 5),
         "update": round(parts["rest"], 5),
     }
 
@@ -75,7 +76,8 @@ def format_report(report: Dict[str, Any]) -> str:
             lines.append(
                 f"  {r['devices']:>2} {r['chunks']:>3} {r['total']:>9.4f} "
                 f"{r['pipeline_forward']:>9.4f} {r['pipeline_backward']:>9.4f} "
-                f"{r['head_forward'] + r['head_backward']:>8.4f} {r['head_transfers']:>7.4f} "
+                f"{r['head_forward'] + r['head_backward']:>8.4f} "
+                f"{r['head_transfers'] + r.get('head_broadcast', 0.0) + r.get('head_reduction', 0.0):>7.4f} "
                 f"{r['embeddings_forward'] + r['embeddings_backward'] + r['rest']:>8.4f} "
                 f"{r['speedup']:>8.3f}"
             )

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 
 from fairseq_hybrid.planning.analytic import stage_times_from_profile
-from fairseq_hybrid.planning.planned import ALTERNATIVE, PLANNED_LADDER, STEPS, planned_speedups
+from fairseq_hybrid.planning.planned import PLANNED_LADDER, STEPS, planned_speedups
 from fairseq_hybrid.planning.compare import SchemePrediction, compare, compare_profile, fastest
 from fairseq_hybrid.planning.profiles import LINKS, PROFILES, DeviceProfile, sensitivity_variants, with_link
 from fairseq_hybrid.planning.rates import measure_profile
@@ -107,12 +107,10 @@ def planned_report(profile: DeviceProfile, model: ModelSize, batch: BatchSize, d
             {"steps": list(steps), "chunks": k, "speedup": speedup}
             for steps, (k, speedup) in planned_speedups(stage, devices, chunk_counts, link,
                                                         PLANNED_LADDER).items()]
-    out["sensitivity_alternative"] = {}
     for label, variant in {"as profiled": profile, **sensitivity_variants(profile)}.items():
         stage = stage_times_from_profile(model, batch, variant, chunk_counts, [1, devices])
-        best = planned_speedups(stage, devices, chunk_counts, variant.link, [STEPS, ALTERNATIVE])
+        best = planned_speedups(stage, devices, chunk_counts, variant.link, [STEPS])
         out["sensitivity"][label] = best[tuple(STEPS)][1]
-        out["sensitivity_alternative"][label] = best[ALTERNATIVE][1]
     return out
 
 
@@ -191,9 +189,6 @@ def format_profile_report(report: Dict[str, Any]) -> str:
                              f"{row['speedup']:.2f}x K{row['chunks']}")
         values = list(planned["sensitivity"].values())
         lines.append(f"  every step, sensitivity range: {min(values):.2f}x - {max(values):.2f}x")
-        values = list(planned.get("sensitivity_alternative", {}).values())
-        if values:
-            lines.append(f"  overlapped_collectives, sensitivity range: {min(values):.2f}x - {max(values):.2f}x")
     return "\n".join(lines)
 
 

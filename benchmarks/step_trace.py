@@ -8,10 +8,14 @@ pipeline's backward) it reports the wall time the calling thread spent waiting f
 workers and each worker's busy time in it (wall - busy = that worker's idle time: the
 wavefront's fill and drain, the per-cycle barrier); then the calling thread's time outside
 every phase (the serial part: embeddings, dropout draws not overlapped, the gradient
-reduction, autograd's own work) and the update (clip + Adam). Medians over the timed steps,
-after ``--warm-up`` untimed ones; one torch thread per CPU device, as the scaling
-benchmark's ``cpu,cpu`` configuration. This is the measurement behind the CPU diagnosis in
-docs/performance.md; ``benchmarks.pipeline_model --validate`` times whole steps only.
+reduction, autograd's own work) and the update (clip + Adam). Then the head's two
+collectives on the engine's collective worker: how long each ran, how much of that while
+pipeline cells ran on the device workers, and how long after it was issued the step waited
+for it (the broadcast before the head's forward, the reduction once the pipeline's
+backward is done). Medians over the timed steps, after ``--warm-up`` untimed ones; one
+torch thread per CPU device, as the scaling benchmark's ``cpu,cpu`` configuration. This is
+the measurement behind the CPU diagnosis in docs/performance.md; ``benchmarks.
+pipeline_model --validate`` times whole steps only.
 """
 from __future__ import annotations
 
@@ -29,6 +33,9 @@ from fairseq_hybrid.planning.measure import median
 from .models import build_model, synthetic_sample
 
 PHASES = ("pipeline forward", "head forward", "head backward", "pipeline backward")
+COLLECTIVES = {"broadcast": "head broadcast", "reduction": "head reduction"}
+# the pipeline phase each collective is issued to overlap
+OVERLAPS = {"head broadcast": "pipeline forward", "head reduction": "pipeline backward"}
 
 
 def phase_of(description: str) -> str:
@@ -39,11 +46,33 @@ def phase_of(description: str) -> str:
     return "pipeline backward" if backward else "pipeline forward"
 
 
+def collective_of(description: str) -> str:
+    """The collective's name in the trace, from the description the engine gives it."""
+    return next((name for word, name in COLLECTIVES.items() if word in description), description)
+
+
+@dataclass
+class CollectiveRecord:
+    """One collective on the collective worker: when it was issued, ran and was waited for
+    (``perf_counter`` seconds; ``waited`` None if nothing waited for it)."""
+    name: str
+    issued: float
+    started: float = float("nan")
+    ended: float = float("nan")
+    waited: Optional[float] = None
+
+
 @dataclass
 class StepRecord:
-    """One step's calls to ``run_all`` (phase, start, end) and tasks (worker, phase, seconds)."""
+    """One step's calls to ``run_all`` (phase, start, end), tasks (worker, phase, start,
+    end) and collectives."""
     calls: List[Tuple[str, float, float]] = field(default_factory=list)
-    tasks: List[Tuple[int, str, float]] = field(default_factory=list)
+    tasks: List[Tuple[int, str, float, float]] = field(default_factory=list)
+    collectives: List[CollectiveRecord] = field(default_factory=list)
+
+    def cells(self, phase: str) -> List[Tuple[float, float]]:
+        """(start, end) of the step's tasks in ``phase``."""
+        return [(start, end) for _, p, start, end in self.tasks if p == phase]
 
 
 def traced(run_all: Callable[..., Any], record: Callable[[], StepRecord]) -> Callable[..., Any]:
@@ -57,7 +86,7 @@ def traced(run_all: Callable[..., Any], record: Callable[[], StepRecord]) -> Cal
                 try:
                     return fn()
                 finally:
-                    step.tasks.append((worker, phase, time.perf_counter() - start))
+                    step.tasks.append((worker, phase, start, time.perf_counter()))
             return go
 
         phase = phase_of(tasks[0][1]) if tasks else "other"
@@ -67,6 +96,48 @@ def traced(run_all: Callable[..., Any], record: Callable[[], StepRecord]) -> Cal
         step.calls.append((phase, start, time.perf_counter()))
         return result
     return run
+
+
+class _TimedPending:
+    """A pending collective whose ``wait`` is timed."""
+
+    def __init__(self, pending: Any, entry: CollectiveRecord) -> None:
+        self._pending, self._entry = pending, entry
+
+    def wait(self) -> Any:
+        try:
+            return self._pending.wait()
+        finally:
+            self._entry.waited = time.perf_counter()
+
+
+def traced_submit(submit: Callable[..., Any], record: Callable[[], StepRecord]) -> Callable[..., Any]:
+    """``CollectiveWorker.submit`` that records when each collective is issued, runs and
+    is waited for."""
+    def run(description: str, collective: Callable[[], Any], reads, writes) -> _TimedPending:
+        entry = CollectiveRecord(collective_of(description), time.perf_counter())
+        record().collectives.append(entry)
+
+        def timed() -> Any:
+            entry.started = time.perf_counter()
+            try:
+                return collective()
+            finally:
+                entry.ended = time.perf_counter()
+        return _TimedPending(submit(description, timed, reads, writes), entry)
+    return run
+
+
+def overlapped_seconds(span: Tuple[float, float], intervals: Sequence[Tuple[float, float]]) -> float:
+    """Seconds of ``span`` during which at least one of ``intervals`` ran."""
+    start, end = span
+    covered, reach = 0.0, start
+    for first, last in sorted(intervals):
+        first, last = max(first, reach), min(last, end)
+        if last > first:
+            covered += last - first
+            reach = last
+    return covered
 
 
 def trace_steps(size: ModelSize, batch: BatchSize, devices: str, chunks: int, steps: int,
@@ -89,6 +160,7 @@ def trace_steps(size: ModelSize, batch: BatchSize, devices: str, chunks: int, st
     model.runtime.use_engine(engine)
     current = [StepRecord()]
     engine.workers.run_all = traced(engine.workers.run_all, lambda: current[0])
+    engine.collectives.submit = traced_submit(engine.collectives.submit, lambda: current[0])
     rows: List[Dict[str, float]] = []
     try:
         for index in range(warm_up + steps):
@@ -117,12 +189,19 @@ def step_row(step: StepRecord, seconds: float, update: float, workers: int) -> D
     row["step"], row["update"] = seconds, update
     for phase, start, end in step.calls:
         row[f"{phase} wall"] += end - start
-    for worker, phase, busy in step.tasks:
-        row[f"{phase} busy w{worker}"] += busy
+    for worker, phase, start, end in step.tasks:
+        row[f"{phase} busy w{worker}"] += end - start
     waited = sum(end - start for _, start, end in step.calls)
     row["serial (outside the workers' phases, without the update)"] = seconds - waited - update
     for worker in range(workers):
-        row[f"busy w{worker}"] = sum(b for w, _, b in step.tasks if w == worker)
+        row[f"busy w{worker}"] = sum(end - start for w, _, start, end in step.tasks if w == worker)
+    for entry in step.collectives:
+        row[f"{entry.name} ran"] += entry.ended - entry.started
+        row[f"{entry.name} ran while pipeline cells ran"] += overlapped_seconds(
+            (entry.started, entry.ended),
+            [(s, e) for _, phase, s, e in step.tasks if phase.startswith("pipeline")])
+        if entry.waited is not None:
+            row[f"{entry.name} issued to waited"] += entry.waited - entry.issued
     return dict(row)
 
 
@@ -143,6 +222,13 @@ def format_trace(trace: Dict[str, Any]) -> str:
         lines.append("  busy per worker: " + ", ".join(f"{w[5:]} {times[w] * 1e3:.1f} ms" for w in workers))
     else:
         lines.append("  (one device, one chunk: the plain model on the calling thread, no workers)")
+    for name in COLLECTIVES.values():
+        if f"{name} ran" in times:
+            inside = times[f"{name} ran while pipeline cells ran"]
+            waited = times.get(f"{name} issued to waited", 0.0)
+            lines.append(f"  {name:18s} ran {times[f'{name} ran'] * 1e3:.2f} ms on the collective "
+                         f"worker, {inside * 1e3:.2f} ms of it while pipeline cells ran; waited for "
+                         f"{waited * 1e3:.1f} ms after it was issued (across the {OVERLAPS[name]})")
     return "\n".join(lines)
 
 

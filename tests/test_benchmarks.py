@@ -192,7 +192,7 @@ def test_step_trace_splits_a_two_device_step_into_its_phases(monkeypatch, capsys
     monkeypatch.setattr(step_trace, "step_row", keep)
     trace = step_trace.trace_steps(ModelSize(2, 8, 8, 40), BatchSize(6, 7, 5), "cpu,cpu", 3,
                                    steps=2, warm_up=1)
-    counts = {phase: sum(1 for _, p, _ in records[0].tasks if p == phase) for phase in step_trace.PHASES}
+    counts = {phase: sum(1 for _, p, _, _ in records[0].tasks if p == phase) for phase in step_trace.PHASES}
     assert counts == {"pipeline forward": 12, "head forward": 2, "head backward": 2,
                       "pipeline backward": 12}
     times = trace["median_s"]
@@ -216,20 +216,52 @@ def test_ab_interleaves_the_two_plugins_and_reports_each_rounds_ratio(monkeypatc
     speeds = {"old": iter([100.0, 110.0, 90.0]), "new": iter([120.0, 121.0, 99.0])}
     calls = []
 
-    def fake_training(data, config, updates, log_interval, user_dir):
+    def fake_training(data, config, updates, log_interval, user_dir, env):
         calls.append((config.key, user_dir))
         return TrainResult(next(speeds[user_dir]), 1.0, updates, 1.0, [], {})
 
     monkeypatch.setattr(ab, "run_training", fake_training)
     config = TrainConfig("e", "hybrid, 2 devices", "--arch hybrid_lstm", 2)
-    report = ab.compare("data", [config], {"before": "old", "after": "new"}, rounds=3, updates=8,
-                        log_interval=2, progress=lambda message: None)
+    report = ab.compare("data", [config], {"before": ab.Side("old"), "after": ab.Side("new")},
+                        rounds=3, updates=8, log_interval=2, progress=lambda message: None)
     assert [d for _, d in calls] == ["old", "new", "new", "old", "old", "new"]
     entry = report["e"]
     assert entry["median"] == {"before": 100.0, "after": 120.0}
     assert entry["ratio_after_over_before"] == pytest.approx(1.2)
     assert entry["round_ratios"] == pytest.approx([1.2, 121 / 110, 99 / 90])
     assert "120 / 100 = 1.200x" in ab.format_report(report, "abc123")
+
+
+def test_ab_switch_sets_the_before_sides_environment_and_prints_the_commands(monkeypatch, capsys, tmp_path):
+    """--switch inline-collectives: both sides this checkout's plugin, the before side's
+    runs with FAIRSEQ_HYBRID_INLINE_COLLECTIVES=1 (the variable the collective worker
+    reads), interleaved; the command and each side's fairseq-train command printed."""
+    from benchmarks import ab
+    from benchmarks.fairseq_runs import USER_DIR, TrainResult
+    from fairseq_hybrid.parallel.collective_worker import INLINE_VARIABLE
+
+    calls = []
+
+    def fake_training(data, config, updates, log_interval, user_dir, env):
+        calls.append((user_dir, env))
+        return TrainResult(1000.0 if env else 1100.0, 1.0, updates, 1.0, [], {})
+
+    monkeypatch.setattr(ab, "run_training", fake_training)
+    report = tmp_path / "ab.json"
+    ab.main(["--switch", "inline-collectives", "--configs", "e", "--rounds", "2", "--updates", "4",
+             "--log-interval", "2", "--data", str(tmp_path), "--json", str(report)])
+    assert calls == [(USER_DIR, {INLINE_VARIABLE: "1"}), (USER_DIR, {}), (USER_DIR, {}),
+                     (USER_DIR, {INLINE_VARIABLE: "1"})]
+    out = capsys.readouterr().out
+    command = "python -m benchmarks.ab --switch inline-collectives --configs e --rounds 2"
+    assert out.startswith(f"command: {command}")
+    assert f"(e) before: {INLINE_VARIABLE}=1 " in out and "fairseq-train" in out
+    assert "1,100 / 1,000 = 1.100x" in out
+    saved = json.loads(report.read_text())
+    assert saved["command"].startswith(command) and saved["configs"]["e"]["median"]["after"] == 1100.0
+    with pytest.raises(SystemExit):
+        ab.main(["--switch", "faster", "--data", str(tmp_path)])
+    assert "--switch: invalid choice: 'faster'" in capsys.readouterr().err
 
 
 def test_ab_worktree_holds_the_base_plugin_and_fairseq_loads_it_from_there(tmp_path):

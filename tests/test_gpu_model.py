@@ -19,7 +19,7 @@ from fairseq_hybrid.planning.lstm_published import (
 from fairseq_hybrid.planning.profiles import (
     PROFILES, DeviceProfile, LstmCurves, rate, sensitivity_variants,
 )
-from fairseq_hybrid.planning.step_time import head_traffic_seconds, predict_step, step_shapes
+from fairseq_hybrid.planning.step_time import predict_step, step_shapes
 from fairseq_hybrid.chunking.wavefront import Link
 from fairseq_hybrid.planning.sizes import BatchSize, ModelSize
 from fairseq_hybrid.planning.traffic import step_traffic
@@ -110,22 +110,28 @@ def test_parameter_counts_match_a_real_model():
         assert counts.layers[0] == layer0
 
 
-def test_the_head_traffic_is_its_slices_one_by_one_and_two_ring_collectives():
+@pytest.mark.parametrize("bandwidth", [FLAT.link.bandwidth_bytes_per_s, 2e3])
+def test_the_head_traffic_is_its_slices_one_by_one_and_two_overlapped_ring_collectives(bandwidth):
     model, batch = ModelSize(4, 8, 6, 30, decoder_hidden=10), BatchSize(7, 5, 4)
+    link = Link(bandwidth, FLAT.link.latency_s)
     stage = stage_times_from_profile(model, batch, FLAT, [1, 2], [1, 4])
     routes = step_traffic((0, 1, 2, 3), 4, step_shapes(stage))
     params = stage.head_param_bytes
-    expected = 0.0
+    slices = 0.0
     for (_, destination, phase), n in routes.items():
         if phase in ("head_forward", "head_backward"):  # the master head on device 3
             n -= params if (phase == "head_backward" and destination == 3) else 0
-            expected += FLAT.link.cost(n) if n > 0 else 0.0
-    # the parameters' broadcast and the gradients' reduction: the bytes once, 3 hops each
-    expected += 2 * (params / FLAT.link.bandwidth_bytes_per_s + 3 * FLAT.link.latency_s)
-    assert head_traffic_seconds(stage, (0, 1, 2, 3), 4, FLAT.link) == pytest.approx(expected)
-    parts = predict_step(stage, 4, 2, "dataflow", FLAT.link)
-    assert parts["head_transfers"] == pytest.approx(expected)
-    assert predict_step(stage, 1, 1, "dataflow", FLAT.link)["head_transfers"] == 0.0
+            slices += link.cost(n) if n > 0 else 0.0
+    parts = predict_step(stage, 4, 2, "dataflow", link)
+    assert parts["head_transfers"] == pytest.approx(slices)
+    # the parameters' broadcast and the gradients' reduction: the bytes once, 3 hops each,
+    # on side streams: only what outlasts the forward before the head / the backward after it
+    collective = params / link.bandwidth_bytes_per_s + 3 * link.latency_s
+    forward = parts["embeddings_forward"] + parts["pipeline_forward"]
+    assert parts["head_broadcast"] == pytest.approx(max(0.0, collective - forward))
+    assert parts["head_reduction"] == pytest.approx(max(0.0, collective - parts["pipeline_backward"]))
+    one = predict_step(stage, 1, 1, "dataflow", link)
+    assert one["head_transfers"] == one["head_broadcast"] == one["head_reduction"] == 0.0
 
 
 def test_ddp_is_the_whole_model_per_device_plus_what_of_the_ring_outlasts_backward():

@@ -91,7 +91,7 @@ def test_the_planned_steps_issue_their_own_collectives_and_head_tasks():
     assert host_phases(stage, 2, 2, ["head_in_wavefront"]) == pytest.approx(
         (7e-3, forward + 4 * 3e-3, 7e-3, backward + 4 * 4e-3, 0.0))
     slow = replace(stage, host=SECOND_EACH)
-    for steps in ((), ["replicas"], ["overlapped_collectives"], ["head_in_wavefront"]):
+    for steps in ((), ["replicas"], ["balanced_optimizer"], ["head_in_wavefront"]):
         parts = predict_planned_step(slow, 2, 2, LINK, steps)
         assert parts["total"] >= sum(host_phases(slow, 2, 2, steps))
         assert parts["total"] == pytest.approx(sum(v for k, v in parts.items() if k != "total"))

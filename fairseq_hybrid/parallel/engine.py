@@ -9,6 +9,10 @@
   each shard's forward and backward on its device's worker with its own head replica
   (``head_shards.py``), shard losses summed on device 0; the head gradients are reduced to
   the master copy and dH, dS go back into the pipeline.
+- the head's two collectives (the replicas' parameters broadcast at the step's start,
+  their gradients reduced after the head's backward) run on the engine's collective worker
+  (``collective_worker.py``) while the pipeline's cells run, each waited on where its result
+  is used (``head_collectives.py``).
 
 Every device kind runs the same code: the only device-specific lines are tensor placement
 and copies, and each CUDA worker thread setting its current device (``worker.py``).
@@ -17,7 +21,7 @@ Generation never uses the engine: it runs the plain model on one device.
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -25,7 +29,9 @@ from torch import Tensor
 from ..model.dropout import MaskQueue
 from ..model.encoder import EncoderOut
 from .interface import HybridModel
-from .head_shards import HeadReplicas, ShardInputs, plan_shards, sentence_shards, sharded_head_loss
+from .collective_worker import CollectiveWorker
+from .head_collectives import HeadGradients, HeadReplicas
+from .head_shards import ShardInputs, plan_shards, sentence_shards, sharded_head_loss
 from ..model.loss import HeadLoss, TokenLoss
 from .pipeline import WavefrontPipeline, pipeline_inputs
 from .placement import PlacementPlan
@@ -43,7 +49,10 @@ class HybridEngine:
         self.plan = plan
         self.workers = workers
         self.transfers = Transfers(plan.devices)
-        self.head_replicas = HeadReplicas(self.transfers, plan.head_device)
+        self.collectives = CollectiveWorker(plan.devices)
+        workers.on_close.append(self.collectives.close)
+        self.head_replicas = HeadReplicas(self.transfers, plan.head_device, self.collectives)
+        self._gradients: Optional[HeadGradients] = None  # the gate of the step's features
         self.pipeline = WavefrontPipeline.for_model(model, plan, workers, self.transfers)
 
     @property
@@ -77,14 +86,19 @@ class HybridEngine:
                 src_tokens, src_lengths, prev_output_tokens, features_only=True
             )
             return features, extra["encoder_out"]
+        self._gradients = None
         if self.plan.head_devices > 1:  # the head's replicas, while the pipeline starts
+            head = self.model.decoder.head
             shards = sentence_shards(src_tokens.size(0), self.plan.num_devices)
-            self.head_replicas.refresh(self.model.decoder.head, [worker for worker, _ in shards])
+            self.head_replicas.refresh(head, [worker for worker, _ in shards])
+            self._gradients = HeadGradients.for_head(head)
         # the masks are queued, then drawn (in the same order) while the pipeline runs
         queue = MaskQueue()
         draws = self.model.draw_step(src_tokens, prev_output_tokens, queue=queue,
                                      top_device=self.plan.devices[self.plan.layer_device[-1]])
         source, target, masks = pipeline_inputs(draws)
+        if self._gradients is not None:  # the head's reduced gradients arrive behind the pipeline
+            source = self._gradients.gate(source)
         out = self.pipeline.run(source, src_lengths, target, masks, draw_ahead=queue.draw_next)
         queue.draw_all()  # what no cycle needed (the top mask) before anything else draws
         if draws.decoder is None:
@@ -126,7 +140,8 @@ class HybridEngine:
             mask = head.combine_mask((sum(tokens_per_sentence), head.combined_dim), like)
         # each shard takes its slices of H and S straight from the top layers' devices
         inputs = ShardInputs(features, sources, padding_mask, target, mask, from_h, from_s)
+        gradients, self._gradients = self._gradients, None
         return sharded_head_loss(
             head, loss_fn, self.head_replicas, self.workers,
-            plan_shards(tokens_per_sentence, self.plan.num_devices), inputs,
+            plan_shards(tokens_per_sentence, self.plan.num_devices), inputs, gradients,
         )

@@ -17,16 +17,18 @@ and its replica's parameters): no autograd edge crosses devices, so each shard's
 runs alone on its device (on GPUs the device that runs this node's backward runs its own
 shard itself: ``worker.autograd_device_thread``).
 
-Each worker computes with its own replica of the head (``HeadReplicas``) whose parameters
-share the master's storage on the master's device and are broadcast to the other devices
-at the start of the step (as torch's ``replicate`` does): no two threads ever swap one
-module's parameters
-(``functional_call`` would, and a checkpointed chunk's recompute in backward would then
-see the wrong ones). Without grad (validation) the same node runs forward only.
+Each worker computes with its own replica of the head (``head_collectives.HeadReplicas``)
+whose parameters share the master's storage on the master's device and are broadcast to
+the other devices at the start of the step (as torch's ``replicate`` does): no two threads
+ever swap one module's parameters (``functional_call`` would, and a checkpointed chunk's
+recompute in backward would then see the wrong ones). The two collectives run on the
+engine's collective worker, overlapped with the pipeline (``head_collectives.py``): the
+reduction is issued as soon as the shards' backward has made the replicas' gradients, and
+its sums reach the master's parameters through the gate on the pipeline's input. Without
+grad (validation) the same node runs forward only.
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -36,6 +38,8 @@ from torch import Tensor
 
 from ..model.head import AttentionHead
 from ..model.loss import HeadLoss, TokenLoss, sum_head_losses
+from .collective_worker import CollectiveWorker
+from .head_collectives import Gradients, HeadGradients, HeadReplicas
 from .placement import shard_bounds
 from .transfer import Transfers
 from .worker import DeviceWorkers, autograd_device_thread
@@ -66,48 +70,6 @@ def plan_shards(tokens_per_sentence: Sequence[int], num_devices: int) -> List[Sh
         first, last = last, last + sum(tokens_per_sentence[start:end])
         shards.append(Shard(worker, (start, end), (first, last)))
     return shards
-
-
-class HeadReplicas:
-    """One replica of the head per worker, made once. At the start of each step
-    (``refresh``, from ``HybridEngine.features``) every replica's parameters are set to
-    the master's values — the master's own tensors on its device, one broadcast to the
-    others, overlapping the pipeline's first cells instead of waiting between its forward
-    and the head — with their gradients cleared, so each replica's ``.grad`` then holds
-    exactly its shard's contribution. A head run without a refresh since the last one
-    (a caller that skips ``features``) refreshes first."""
-
-    def __init__(self, transfers: Transfers, root: int) -> None:
-        self._replicas: Dict[int, AttentionHead] = {}
-        self._fresh: Tuple[int, ...] = ()  # the workers refreshed for the coming head run
-        self.transfers = transfers
-        self.root = root  # device index of the master head
-
-    def refresh(self, head: AttentionHead, workers: Sequence[int]) -> None:
-        """Set the replicas of ``workers`` (made on first use) to ``head``'s values."""
-        params = list(head.named_parameters())
-        values = self.transfers.broadcast([p.data for _, p in params], self.root, workers,
-                                          "head_params")
-        for worker in workers:
-            replica = self._replicas.get(worker)
-            if replica is None:
-                replica = self._replicas[worker] = copy.deepcopy(head)
-            own = dict(replica.named_parameters())
-            for (name, param), value in zip(params, values[worker]):
-                target = own[name]
-                target.data = value
-                target.requires_grad_(param.requires_grad)
-                target.grad = None
-        self._fresh = tuple(workers)
-
-    def for_shards(self, head: AttentionHead, workers: Sequence[int]) -> Dict[int, AttentionHead]:
-        """The replicas of ``workers`` for one head run, refreshed unless they just were."""
-        if self._fresh != tuple(workers):
-            self.refresh(head, workers)
-        self._fresh = ()
-        for worker in workers:
-            self._replicas[worker].train(head.training)
-        return {worker: self._replicas[worker] for worker in workers}
 
 
 @dataclass
@@ -174,9 +136,8 @@ class _ShardedHead(torch.autograd.Function):
             if source_grad is not None and s_leaf.grad is not None:
                 source_grad[start:end] = move.to(s_leaf.grad, shard.worker, from_s, phase)
         # the data-parallel reduction: the replicas' gradients summed onto the master
-        param_grads = move.reduce_add(
-            {shard.worker: [p.grad for p in leaves[2]] for shard, (_, leaves) in
-             zip(run.shards, ctx.outputs)}, run.root, phase)
+        param_grads = run.reduce_gradients({shard.worker: [p.grad for p in leaves[2]] for
+                                            shard, (_, leaves) in zip(run.shards, ctx.outputs)})
         param_grads += [None] * (n_params - len(param_grads))
         ctx.outputs = None  # free the shards' graphs
         return (None, None, feature_grad, source_grad, *param_grads)
@@ -194,6 +155,20 @@ class ShardedHeadRun:
     param_names: Sequence[str]
     grad_enabled: bool
     root: int  # device index of the master head: where the gradients are summed
+    collectives: CollectiveWorker
+    gradients: Optional[HeadGradients] = None  # the step's gate, if ``features`` set one
+
+    def reduce_gradients(self, grads: Dict[int, Gradients]) -> Gradients:
+        """The replicas' gradients (worker -> its list) summed onto the master head's
+        device: handed to the collective worker when the step's gate takes the sums
+        (nothing returned here), else summed on the spot. Recorded in the ledger now."""
+        move, root, phase = self.transfers, self.root, "head_backward"
+        move.record_reduce(grads, root, phase)
+        if self.gradients is not None and self.gradients.issue(
+                lambda: move.reduce_add_unrecorded(grads, root), self.collectives,
+                reads=list(grads), writes=[root]):
+            return []
+        return move.reduce_add_unrecorded(grads, root)
 
     def forward_task(self, shard: Shard, inputs: ShardInputs):
         replica = self.replicas[shard.worker]
@@ -230,15 +205,17 @@ class ShardedHeadRun:
 
 def sharded_head_loss(
     head: AttentionHead, loss_fn: TokenLoss, replicas: HeadReplicas, workers: DeviceWorkers,
-    shards: Sequence[Shard], inputs: ShardInputs,
+    shards: Sequence[Shard], inputs: ShardInputs, gradients: Optional[HeadGradients] = None,
 ) -> HeadLoss:
     """Summed loss, nll and correct count of the shards, each shard's forward (and, when
-    grad is on, backward) on its own worker."""
+    grad is on, backward) on its own worker. ``gradients``: the step's gate that takes the
+    reduction of the head's gradients (None: the head's backward returns them itself)."""
     params = dict(head.named_parameters())
     run = ShardedHeadRun(
         workers, replicas.transfers, shards,
         replicas.for_shards(head, [shard.worker for shard in shards]),
-        loss_fn, list(params), torch.is_grad_enabled(), replicas.root,
+        loss_fn, list(params), torch.is_grad_enabled(), replicas.root, replicas.collectives,
+        gradients,
     )
     loss, nll, correct = _ShardedHead.apply(
         run, inputs, inputs.features, inputs.sources, *params.values()

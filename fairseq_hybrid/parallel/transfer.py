@@ -19,7 +19,10 @@ Phases, in the order today's step runs them:
 The two collectives (``broadcast``, ``reduce_add``) are recorded as the transfers they
 stand for (the source to each destination, each source to the destination); on distinct
 GPUs each is one coalesced NCCL call (``torch.nn.parallel.comm``), which moves the same bytes
-along a ring instead of one copy after another from device 0.
+along a ring instead of one copy after another from device 0. The engine records each when
+it issues it (``record_broadcast``, ``record_reduce``) and runs its copies on the collective
+worker (``*_unrecorded``, ``collective_worker.py``), so the ledger is complete as soon as a
+collective is issued, whichever thread runs it.
 - ``pipeline_backward``: output and state gradients, the reverse of the forward's.
 """
 from __future__ import annotations
@@ -83,12 +86,24 @@ class Transfers:
         """``tensors`` (on device ``source``) on each of ``destinations``: the same tensors
         where a destination is the source's device, else copies — one coalesced collective
         when they are all distinct GPUs."""
-        out: Dict[int, List[Tensor]] = {}
-        copies = []
+        self.record_broadcast(tensors, source, destinations, phase)
+        return self.broadcast_unrecorded(tensors, source, destinations)
+
+    def record_broadcast(self, tensors: Sequence[Tensor], source: int,
+                         destinations: Sequence[int], phase: str) -> None:
+        """The ledger's part of ``broadcast`` alone (recorded when the broadcast is issued,
+        whichever thread then runs it)."""
         for index in destinations:
             if index != source:
                 for tensor in tensors:
                     self.ledger.record(source, index, phase, nbytes(tensor))
+
+    def broadcast_unrecorded(self, tensors: Sequence[Tensor], source: int,
+                             destinations: Sequence[int]) -> Dict[int, List[Tensor]]:
+        """The copies of ``broadcast`` without recording them."""
+        out: Dict[int, List[Tensor]] = {}
+        copies = []
+        for index in destinations:
             if self.devices[index] == self.devices[source]:
                 out[index] = list(tensors)
             else:
@@ -107,12 +122,22 @@ class Transfers:
         ``tensors`` (device index -> tensors on that device; None: no contribution), in
         the order of the indices — one coalesced collective when every list is complete
         and on its own GPU, the destination's among them."""
-        indices = sorted(tensors)
-        for index in indices:
+        self.record_reduce(tensors, destination, phase)
+        return self.reduce_add_unrecorded(tensors, destination)
+
+    def record_reduce(self, tensors: Dict[int, List[Optional[Tensor]]], destination: int,
+                      phase: str) -> None:
+        """The ledger's part of ``reduce_add`` alone (recorded when it is issued)."""
+        for index in sorted(tensors):
             if index != destination:
                 for tensor in tensors[index]:
                     if tensor is not None:
                         self.ledger.record(index, destination, phase, nbytes(tensor))
+
+    def reduce_add_unrecorded(self, tensors: Dict[int, List[Optional[Tensor]]],
+                              destination: int) -> List[Optional[Tensor]]:
+        """The sums of ``reduce_add`` without recording them."""
+        indices = sorted(tensors)
         devices = [self.devices[i] for i in indices]
         complete = all(t is not None for i in indices for t in tensors[i])
         if (complete and len(indices) > 1 and destination in indices

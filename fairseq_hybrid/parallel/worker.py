@@ -13,6 +13,8 @@ is ordered by torch itself: a cross-device ``Tensor.to`` waits for both devices'
 streams (a GPU -> CPU copy waits for the kernels that made its input), and ``run_all``
 returns only after each task has issued its work. So no events are needed, and the same
 code runs on CPU devices, GPUs, a mix, or one GPU listed twice (two workers, one stream).
+(The head's two collectives run on a thread of their own, on side streams ordered by
+events: ``collective_worker.py``; ``close`` stops it with the workers, ``on_close``.)
 """
 from __future__ import annotations
 
@@ -86,6 +88,7 @@ class DeviceWorkers:
             )
             for index, device in enumerate(self.devices)
         ]
+        self.on_close: List[Callable[[], None]] = []  # what else stops with these threads
 
     def _init_thread(self, device: torch.device) -> None:
         if device.type == "cuda":
@@ -148,5 +151,8 @@ class DeviceWorkers:
         return [future.result() for future in futures]
 
     def close(self) -> None:
+        """Stop the threads (and what ``on_close`` lists: the engine's collective worker)."""
         for executor in self._executors:
             executor.shutdown(wait=True)
+        for stop in self.on_close:
+            stop()

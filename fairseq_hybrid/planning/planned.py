@@ -6,31 +6,25 @@ Steps (each on top of today's schedule; any subset):
 
 - ``replicas``: each device keeps its head replica (and its optimizer state) for the whole
   run. No broadcast of the head's parameters at each step and no reduction of their
-  gradients onto the master head between the head and the pipeline's backward (today's two
-  collectives): the head's gradients are all-reduced instead (bucketed ring), overlapped
-  with the pipeline's backward — only what outlasts it, and at least the last bucket, adds
-  to the step. Every device then applies the head's optimizer step.
+  gradients onto the master head (today's two collectives, overlapped with the pipeline:
+  ``simulate.overlapped_collectives``): the head's gradients are all-reduced instead
+  (bucketed ring), overlapped with the pipeline's backward — only what outlasts it, and at
+  least the last bucket, adds to the step. Every device then applies the head's optimizer
+  step.
 - ``balanced_optimizer``: the optimizer step of the parameters every plan keeps on device 0
   (embeddings, bridges, head) is split evenly over the devices (its gradients scattered
   from where they were summed — with ``replicas`` the head's are already on every device
   and only the rest is scattered — and the updated values gathered back, both charged,
   after backward); each device steps its own layers too, so the busiest device's share
   sets the time.
-- ``overlapped_collectives`` (instead of ``replicas``): today's two collectives — the
-  replicas' parameters broadcast at the start of the step, their gradients reduced onto the
-  master head — issued on a side stream of each GPU: the broadcast runs while the
-  embeddings and the pipeline's forward do (the head's forward waits for it), the reduction
-  while the pipeline's backward does (the optimizer step waits for it); only what outlasts
-  each adds to the step. No optimizer state per replica, so every device's optimizer share
-  stays today's. (With ``head_in_wavefront`` the broadcast is charged whole: the first head
-  call comes early in the forward.) Like ``replicas``, it shares the links with the
-  pipeline's own copies without being charged for the contention.
 - ``head_in_wavefront``: the head runs per target time chunk, split by sentences over the
   devices, issued as soon as the top decoder layer has produced the chunk (forward), and
   its backward per chunk from the last one, each chunk's head backward releasing that
   chunk's top decoder cell (backward): one dataflow simulation of cells and head tasks per
   direction. Each extra head call pays the head's fixed per-call cost again (estimated
-  from the stage times at two shard sizes).
+  from the stage times at two shard sizes). Without ``replicas`` today's collectives
+  stay, the broadcast charged whole (the first head call comes early in the forward), the
+  reduction hidden by the backward left once the head's last gradient is ready.
 
 Everything else — the wavefront's own traffic, H and S slices straight from the top
 layers' device, targets and masks from device 0 — is charged as today, and so is the
@@ -49,15 +43,13 @@ from .compare import BUCKET_BYTES, allreduce_seconds
 from .host_bound import host_phases, host_wait
 from ..chunking.wavefront import Link, cell_transfer_seconds
 from .sizes import layer_map
-from .step_time import collective_seconds, head_slice_seconds, predict_step
+from .step_time import overlapped_collectives, predict_step
 from .stage_times import StageTimes
 
 STEPS = ("replicas", "balanced_optimizer", "head_in_wavefront")  # the plan, in full
-ALTERNATIVE = ("overlapped_collectives",)  # instead of the plan: today's collectives on a side stream
-KNOWN_STEPS = STEPS + ALTERNATIVE
-# today, then the steps added one at a time in the order they are planned to be built; then
-# the side-stream alternative to the replicas
-PLANNED_LADDER = ((), ("replicas",), ("replicas", "balanced_optimizer"), STEPS, ALTERNATIVE)
+KNOWN_STEPS = STEPS
+# today, then the steps added one at a time in the order they are planned to be built
+PLANNED_LADDER = ((), ("replicas",), ("replicas", "balanced_optimizer"), STEPS)
 Task = Tuple[str, int, float, Tuple[str, ...]]  # (name, device, seconds, names it waits for)
 
 
@@ -187,9 +179,6 @@ def predict_planned_step(stage: StageTimes, devices: int, chunks: int, link: Lin
     unknown = sorted(set(steps) - set(KNOWN_STEPS))
     if unknown:
         raise ValueError(f"steps {unknown}: each one of {KNOWN_STEPS}")
-    if {"replicas", "overlapped_collectives"} <= set(steps):
-        raise ValueError("steps replicas and overlapped_collectives: one or the other (replicas "
-                         "that stay have no collectives to overlap)")
     parts = dict(predict_step(stage, devices, chunks, "dataflow", link))
     parts.pop("total")
     if devices == 1:
@@ -202,18 +191,13 @@ def predict_planned_step(stage: StageTimes, devices: int, chunks: int, link: Lin
         parts.update(pipeline_forward=forward, pipeline_backward=backward,
                      head_forward=0.0, head_backward=0.0)
         behind = backward - heads_done
-    if {"replicas", "overlapped_collectives"} & set(steps):  # the collectives leave the slices
-        parts["head_transfers"] = head_slice_seconds(stage, mapping, devices, link)
-    if "replicas" in steps:
+    if "replicas" in steps:  # no collectives: the all-reduce instead
+        parts.update(head_broadcast=0.0, head_reduction=0.0)
         ring = allreduce_seconds(stage.head_param_bytes, devices, link)
         buckets = max(1, math.ceil(stage.head_param_bytes / BUCKET_BYTES))
         parts["head_allreduce"] = max(ring - behind, ring / buckets)
-    if "overlapped_collectives" in steps:
-        collective = collective_seconds(stage.head_param_bytes, devices, link)
-        hidden_by = 0.0 if "head_in_wavefront" in steps else (
-            parts["embeddings_forward"] + parts["pipeline_forward"])
-        parts["head_broadcast"] = max(0.0, collective - hidden_by)
-        parts["head_reduction"] = max(0.0, collective - behind)
+    elif "head_in_wavefront" in steps:  # today's collectives, the broadcast no longer hidden
+        parts.update(overlapped_collectives(stage, devices, link, 0.0, behind))
     if "balanced_optimizer" in steps:
         share = (devices - 1) / devices
         # the gradients scattered from where they were summed: with the replicas the

@@ -8,9 +8,12 @@ one device built on it.
   parallel (``parallel/head_shards.py``), a ``run_all`` round trip each.
 - ``dataflow`` (GPUs): between the pipeline's forward and backward, the head's traffic
   (``traffic.step_traffic``'s routes: each shard's slices of H and S from the top layers'
-  device and dH, dS back, one copy after another; the replicas' parameters in one
-  broadcast and their gradients in one reduction, NCCL collectives along a ring:
-  ``head_traffic_seconds``).
+  device and dH, dS back, one copy after another: ``head_slice_seconds``); the replicas'
+  parameters in one broadcast and their gradients in one reduction, NCCL collectives along
+  a ring issued on the collective worker's side streams (``parallel/collective_worker.py``),
+  each charged only for what outlasts the work it overlaps: the broadcast the embeddings'
+  and the pipeline's forward, the reduction the pipeline's backward
+  (``overlapped_collectives``).
   The optimizer step ("rest") scales with the largest share of the parameters on one device
   (the embeddings on device 0, the master head with the top layers). Where the stage
   times carry the host's issue times (a GPU profile's), the step is paced by the one
@@ -62,9 +65,11 @@ def predict_step(
         factor = (shared or {}).get(len(times), 1.0)
         head_forward = head_forward * factor + run_all
         head_backward = head_backward * factor + run_all
-    head_comm = 0.0
+    head_comm, collectives = 0.0, {"head_broadcast": 0.0, "head_reduction": 0.0}
     if schedule == "dataflow" and devices > 1:
-        head_comm = head_traffic_seconds(stage, mapping, devices, link)
+        head_comm = head_slice_seconds(stage, mapping, devices, link)
+        collectives = overlapped_collectives(stage, devices, link,
+                                             stage.embed_forward + forward, backward)
     # the optimizer step: one thread for CPU devices; on GPUs each device updates its own
     # parameters concurrently (kernels launched asynchronously), so the busiest one counts
     rest = stage.rest if schedule == "cycle" else stage.rest * stage.rest_share(mapping)
@@ -76,6 +81,7 @@ def predict_step(
         "head_forward": head_forward,
         "head_backward": head_backward,
         "head_transfers": head_comm,
+        **collectives,
         "rest": rest,
     }
     if schedule == "dataflow" and stage.host is not None:  # GPUs: the one process's pace
@@ -116,15 +122,17 @@ def collective_seconds(nbytes: float, devices: int, link: Link) -> float:
     return link.cost(nbytes, count=devices - 1) if devices > 1 else 0.0
 
 
-def head_traffic_seconds(stage: StageTimes, layer_device: Sequence[int], devices: int,
-                         link: Link) -> float:
-    """The head's traffic as the code moves it: the slices (``head_slice_seconds``), the
-    replicas' parameters in one broadcast at the start of the step (charged whole,
-    although the pipeline's first cells on the other devices could hide part of it) and
-    their gradients in one reduction onto the master head's device (``Transfers.broadcast``,
-    ``reduce_add``: NCCL collectives, the additions inside them)."""
-    return (head_slice_seconds(stage, layer_device, devices, link)
-            + 2 * collective_seconds(stage.head_param_bytes, devices, link))
+def overlapped_collectives(stage: StageTimes, devices: int, link: Link, forward_hidden_by: float,
+                           backward_hidden_by: float) -> Dict[str, float]:
+    """The head's two collectives as the engine issues them, on side streams while other
+    work runs: the replicas' parameters broadcast while ``forward_hidden_by`` seconds of
+    the step's forward run before the head's (which waits for it), their gradients reduced
+    while ``backward_hidden_by`` seconds of backward run after the head's (the optimizer
+    step waits for it); only what outlasts each adds to the step (the link's contention
+    with the pipeline's own copies is not charged)."""
+    collective = collective_seconds(stage.head_param_bytes, devices, link)
+    return {"head_broadcast": max(0.0, collective - forward_hidden_by),
+            "head_reduction": max(0.0, collective - backward_hidden_by)}
 
 
 def predict_speedups(
