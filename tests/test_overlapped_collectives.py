@@ -13,7 +13,7 @@ from fairseq_hybrid.parallel.collective_worker import CollectiveWorker
 from fairseq_hybrid.parallel.head_collectives import HeadGradients
 from fairseq_hybrid.parallel.worker import WorkerError
 from fairseq_hybrid.plugin.criterion import HybridCrossEntropyCriterion
-from helpers import make_batch, make_dictionary, make_model, make_task, random_lengths
+from helpers import make_batch, make_dictionary, make_model, make_task, random_lengths, use_devices
 
 CPU = torch.device("cpu")
 
@@ -25,7 +25,7 @@ def training_setup(devices="cpu,cpu", chunks=2, seed=4, **options):
     batches = [make_batch(dictionary, random_lengths(7, seed=seed + i), seed=seed + i) for i in range(2)]
     for batch in batches:
         batch["ntokens"] = int(batch["target"].ne(dictionary.pad()).sum())
-    model.runtime.configure(devices=devices, chunks=chunks)
+    use_devices(model, devices, chunks)
     return model, HybridCrossEntropyCriterion(make_task(dictionary), False, 0.1), batches
 
 
