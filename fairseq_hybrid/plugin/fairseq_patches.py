@@ -74,6 +74,8 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
   default ``--ddp-backend pytorch_ddp`` hands torch's DistributedDataParallel
   ``device_ids`` for every module, which torch refuses for CPU modules; they get
   ``device_ids=None``, torch's rule for them (one-GPU modules are unchanged).
+- ``sharded_optimizer.zero_sharding_with_torch`` (``plugin/sharded_optimizer.py``):
+  ``--zero-sharding os`` on torch's ZeroRedundancyOptimizer (fairseq's needs fairscale).
 - ``one_line_errors``: ``HybridConfigError`` (an ordinary exception a Python caller can
   catch) reaches the command line as its one line and exit status 1; Ctrl-C during a
   training ends with one line saying the update reached and how to resume.
@@ -100,8 +102,8 @@ from fairseq.tasks import FairseqTask
 from fairseq.trainer import Trainer
 
 from . import (batch_limits, checkpoint_fit, checkpoints, checks, clipping, data_parallel,
-               generation_options, resumed_epoch, results_file, sentence_limits, stops, usage_errors,
-               world_size)
+               generation_options, resumed_epoch, results_file, sentence_limits, sharded_optimizer,
+               stops, usage_errors, world_size)
 from ..errors import HybridConfigError, hybrid_error_in
 
 
@@ -438,3 +440,4 @@ def apply() -> None:
     one_line_errors()
     clipping.clipping_across_devices()
     data_parallel.torch_ddp_for_every_module()
+    sharded_optimizer.zero_sharding_with_torch()
