@@ -11,7 +11,7 @@ share's new values are broadcast from its owner), so the plugin hands fairseq's 
 that one instead, whether fairscale is installed or not (one tested path). What fairseq's
 Trainer asks of its sharded optimizer is kept: ``consolidate_state_dict`` on every process
 before a checkpoint is saved (process 0 writes the whole state, in the ordinary optimizer
-format: a sharded run's checkpoint resumes unsharded and the other way round),
+format: the entries an unsharded run writes),
 ``broadcast_global_state_dict`` when one is loaded (process 0 reads the file, each process
 keeps its share), ``disable_mem_eff_fp16_loading_hack`` and the wrapped optimizer's
 ``supports_*`` flags.
