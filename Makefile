@@ -47,7 +47,8 @@ coverage: install
 	COVERAGE_FILE=$(CURDIR)/.coverage $(VENV)/bin/python tests/coverage_gate.py
 
 # What a GPU runs, run on a GPU (<= 8 min on one): equivalence with the CPU in float64,
-# fp16/bf16/AMP training, generation, speed at the WMT sizes, the pipeline model; without
+# fp16/bf16/AMP training, generation, speed at the WMT sizes, the pipeline model, the LSTM's
+# rate over 16-256 sentences fitted and put in the pipeline model (benchmarks/lstm_sweep.py); without
 # CUDA the same checks on CPU devices at small sizes. results/bench/gpu-check-<device>.json
 gpu-check: install
 	$(VENV)/bin/python -m benchmarks.gpu_check

@@ -17,6 +17,10 @@ multi-device code on it):
    product measured here, peak memory.
 5. ``pipeline-model``: the performance model's stage times measured on the device, and its
    predicted speedup on 4 GPUs.
+6. ``lstm-sweep``: one LSTM layer's forward + backward time over 16-256 sentences (hidden
+   1000, 32 steps, fp16 as ``--fp16`` trains), fitted as the published cuDNN timings are,
+   printed beside each GPU profile's curve; then the pipeline model with the measured curve
+   in place of the closest profile's (``lstm_sweep.py``).
 
 Without CUDA the same checks run on CPU devices at small sizes (``cpu`` stands in for the
 GPU, fp16 and AMP are skipped: they need CUDA), the report says plainly that no GPU was
@@ -44,12 +48,12 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from .data import length_stats, synthetic_data
-from .fairseq_runs import BIN, ROOT, USER_DIR, BenchmarkError, TrainConfig, run_training
-from .flops import ModelShape, matmul_flops_per_second, training_flops_per_target_token
 from fairseq_hybrid.jsonio import write_json_atomic
+
+from .fairseq_runs import BIN, ROOT, USER_DIR, BenchmarkError
+from .gpu_speed import speed_check
+from .lstm_sweep import lstm_sweep_check
 from .pipeline_model import pipeline_model_check
-from .scaling import dictionary_size
 
 SAMPLE = ROOT / "data" / "ende-sample"
 PASS, FAIL, SKIP = "pass", "FAIL", "skip"
@@ -321,52 +325,6 @@ def generate_check(setup: CliSetup) -> Tuple[str, Dict[str, Any]]:
     return f"{len(cpu)}/{len(cpu)} hypotheses on {label} equal the CPU's", data
 
 
-# ---------------------------------------------------------------- 4. speed
-def speed_check(device: str, work: Path, quick: bool) -> Tuple[str, Dict[str, Any]]:
-    on_gpu = device.startswith("cuda")
-    if on_gpu:
-        vocab, sizes, layers, hidden, max_tokens = 32000, "", 4, 1000, 4000
-        archs = ("lstm_luong_wmt_en_de", "hybrid_lstm_wmt_en_de")
-        extra, env, threads = "--fp16", {"CUDA_VISIBLE_DEVICES": device[5:]}, 1
-        placement = " --hybrid-devices cuda:0"
-    else:
-        layers, hidden, vocab, max_tokens = 2, 64, 1000, 1000
-        sizes = (f" --encoder-layers {layers} --decoder-layers {layers} --encoder-embed-dim {hidden}"
-                 f" --encoder-hidden-size {hidden} --decoder-embed-dim {hidden}"
-                 f" --decoder-hidden-size {hidden} --decoder-out-embed-dim {hidden}")
-        archs = ("lstm", "hybrid_lstm")
-        extra, env, threads = "", {}, os.cpu_count() or 1
-        placement = " --hybrid-devices cpu"
-    data = synthetic_data(vocab, 2000 if quick else 8000, 15, 40, work / f"synthetic-v{vocab}")
-    stats = length_stats(data)
-    vocab = dictionary_size(data)  # the word types the data really has, for the FLOPs
-    interval = 3 if quick else 10
-    rows: Dict[str, Any] = {}
-    for key, arch in zip(("lstm", "hybrid"), archs):
-        options = f"--arch {arch}{sizes}" + (placement if key == "hybrid" else "")
-        config = TrainConfig(key, arch, options, threads, max_tokens=max_tokens, env=env)
-        result = run_training(str(data), config, interval * 3, interval, extra=extra)
-        shape = ModelShape(layers, hidden, hidden, hidden, hidden, hidden, vocab, key == "lstm")
-        flops = training_flops_per_target_token(shape, stats.source_per_target,
-                                                stats.attended_source_length)
-        rows[key] = {"arch": arch, "target_tokens_per_s": result.target_wps,
-                     "model_flops_per_target_token": flops,
-                     "peak_cuda_bytes": result.peak_cuda_bytes,
-                     "peak_rss_bytes": result.peak_rss_bytes}
-    dtype = torch.float16 if on_gpu else torch.float32
-    peak = matmul_flops_per_second(threads, device=torch.device(device), dtype=dtype)
-    for row in rows.values():
-        row["mfu"] = row["model_flops_per_target_token"] * row["target_tokens_per_s"] / peak
-    ratio = rows["hybrid"]["target_tokens_per_s"] / rows["lstm"]["target_tokens_per_s"]
-    data_out = {"precision": "fp16" if on_gpu else "fp32", "matmul_flops_per_s": peak,
-                "vocab": vocab,
-                "max_tokens": max_tokens, "rows": rows, "ratio_hybrid_over_lstm": ratio}
-    return (f"{archs[1]} {rows['hybrid']['target_tokens_per_s']:,.0f} vs {archs[0]} "
-            f"{rows['lstm']['target_tokens_per_s']:,.0f} target tok/s ({ratio:.2f}x); MFU "
-            f"{rows['hybrid']['mfu']:.1%} vs {rows['lstm']['mfu']:.1%}", data_out)
-
-
-# ---------------------------------------------------------------- 5. pipeline model
 # ---------------------------------------------------------------- the run
 def run(device: Optional[str], quick: bool, work: Path) -> Dict[str, Any]:
     if device is None:
@@ -398,6 +356,7 @@ def run(device: Optional[str], quick: bool, work: Path) -> Dict[str, Any]:
     checks.append(run_check("generate", lambda: generate_check(setup)))
     checks.append(run_check("speed", lambda: speed_check(device, work, quick)))
     checks.append(run_check("pipeline-model", lambda: pipeline_model_check(device, quick)))
+    checks.append(run_check("lstm-sweep", lambda: lstm_sweep_check(device, quick)))
     gpu_name = torch.cuda.get_device_name(torch.device(device)) if on_gpu else None
     return {
         "device": device,

@@ -18,12 +18,14 @@ command on a GPU box measures GPU stage times. Transfers use ``--bandwidth-gbs``
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import platform
 import sys
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -32,11 +34,12 @@ from fairseq_hybrid.chunking.wavefront import Link
 from fairseq_hybrid.planning import (
     BENCHMARK_PRESETS, BatchSize, ModelSize, measure_concurrency, predict_speedups,
 )
-from fairseq_hybrid.planning.profiles import GPU_HOST, PROFILES
+from fairseq_hybrid.jsonio import write_json_atomic
+from fairseq_hybrid.planning.profiles import GPU_HOST, PROFILES, LstmCurves
 from fairseq_hybrid.planning.measure import median
 
 from .host_time import measure_host_times
-from fairseq_hybrid.jsonio import write_json_atomic
+from .lstm_sweep import curves_from_report
 from .models import build_model, measure_stage_times, synthetic_sample
 from .pipeline_profile import (
     check_report, format_check, format_profile_report, measured_report, parse_link,
@@ -294,7 +297,23 @@ def unused_options(args: argparse.Namespace) -> Optional[str]:
                     "--link: nvlink, pcie, ib or GB/s)")
     elif args.link is not None:
         return f"--link {args.link}: only with --profile (without it: --bandwidth-gbs, --latency-us)"
+    if args.lstm_sweep and args.profile in (None, "measured", "cpu"):
+        return f"--lstm-sweep {args.lstm_sweep}: only with --profile {' or '.join(PROFILES)}"
     return None
+
+
+def swept_curves(path: Optional[str]) -> Optional[LstmCurves]:
+    """``--lstm-sweep FILE``: the curves it holds (None without the option)."""
+    if path is None:
+        return None
+    try:
+        report = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"--lstm-sweep {path}: {error}") from None
+    try:
+        return curves_from_report(report)
+    except ValueError as error:
+        raise ValueError(f"--lstm-sweep {path}: {error}") from None
 
 
 def with_sentences(batch: BatchSize, sentences: int) -> BatchSize:
@@ -348,6 +367,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                         f"(microseconds, default {DEFAULT_LATENCY_US})")
     parser.add_argument("--device", default="cpu",
                         help="where to measure one device's stage times: cpu (default) or cuda")
+    parser.add_argument("--lstm-sweep", help="with --profile: the LSTM curves of a sweep's JSON "
+                        "(python -m benchmarks.lstm_sweep --json) in place of the profile's")
     parser.add_argument("--json", help="write the report here (atomically)")
     args = parser.parse_args(argv)
     ignored = unused_options(args)
@@ -385,7 +406,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             if args.profile == "measured":
                 report = measured_report(args.device, args.preset, counts, chunk_list, link, batch=batch)
             else:
-                report = profile_report(args.profile, args.preset, counts, chunk_list, link, batch=batch)
+                report = profile_report(args.profile, args.preset, counts, chunk_list, link, batch=batch,
+                                        lstm=swept_curves(args.lstm_sweep))
         except ValueError as error:
             sys.exit(f"pipeline_model.py: error: {error}")
         print(format_profile_report(report))

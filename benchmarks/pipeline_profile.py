@@ -19,7 +19,9 @@ import torch
 from fairseq_hybrid.planning.analytic import stage_times_from_profile
 from fairseq_hybrid.planning.planned import PLANNED_LADDER, STEPS, planned_speedups
 from fairseq_hybrid.planning.compare import SchemePrediction, compare, compare_profile, fastest
-from fairseq_hybrid.planning.profiles import LINKS, PROFILES, DeviceProfile, sensitivity_variants, with_link
+from fairseq_hybrid.planning.profiles import (
+    LINKS, PROFILES, DeviceProfile, LstmCurves, sensitivity_variants, with_link,
+)
 from fairseq_hybrid.planning.rates import measure_profile
 from fairseq_hybrid.planning.step_time import predict_step
 from fairseq_hybrid.chunking.wavefront import Link
@@ -55,12 +57,18 @@ def rows_json(rows: Dict[str, List[SchemePrediction]]) -> Dict[str, List[Dict[st
 
 def profile_report(profile_name: str, preset: str, device_counts: Sequence[int],
                    chunk_counts: Sequence[int], link: Link,
-                   batch: Optional[BatchSize] = None) -> Dict[str, Any]:
-    """The predictions for ``profile_name`` (not ``measured``), JSON-ready."""
+                   batch: Optional[BatchSize] = None,
+                   lstm: Optional[LstmCurves] = None) -> Dict[str, Any]:
+    """The predictions for ``profile_name`` (not ``measured``), JSON-ready; ``lstm``: LSTM
+    curves for every layer in place of the profile's (``benchmarks.lstm_sweep``'s)."""
     spec = BENCHMARK_PRESETS[preset]
     model: ModelSize = spec.model
     batch = batch or spec.gpu_batch or spec.batch
-    profile: DeviceProfile = with_link(PROFILES[profile_name], link)
+    profile: DeviceProfile = PROFILES[profile_name]
+    if lstm is not None:
+        profile = replace(profile, lstm=(lstm,), note=f"{profile.note}; LSTM curves: "
+                          f"{lstm.training.basis}")
+    profile = with_link(profile, link)
     links = {"profile's link" if link.bandwidth_bytes_per_s <= 0 else "--link": profile.link,
              "25 GB/s (PCIe-class)": Link(25e9, LINKS["pcie"].latency_s)}
     report: Dict[str, Any] = {

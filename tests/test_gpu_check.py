@@ -1,5 +1,7 @@
 """``make gpu-check`` on a machine without CUDA: the same checks on CPU devices at small
-sizes, exit 0, a JSON report that says no GPU was present; and its checks can fail."""
+sizes, exit 0, a JSON report that says no GPU was present; and its checks can fail. Its
+LSTM sweep (``benchmarks/lstm_sweep.py``): the fit recovers a known curve from synthetic
+times, and the sweep runs on the CPU at small sizes with output that parses."""
 import json
 import os
 import subprocess
@@ -8,13 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import gpu_check
+from benchmarks import gpu_check, lstm_sweep
+from fairseq_hybrid.planning.profiles import PROFILES
 
-pytestmark = pytest.mark.slow  # end to end through fairseq's CLIs: make test runs it, -m "not slow" skips it
+slow = pytest.mark.slow  # end to end through fairseq's CLIs: make test runs it, -m "not slow" skips it
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@slow
 def test_gpu_check_without_cuda_runs_every_check_on_cpu_devices(tmp_path):
     env = dict(os.environ, PYTHONWARNINGS="ignore", CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run(
@@ -27,7 +31,7 @@ def test_gpu_check_without_cuda_runs_every_check_on_cpu_devices(tmp_path):
     assert status == {
         "equivalence": "pass", "train-fp16": "skip", "train-bf16": "pass", "train-amp": "skip",
         "train-fp32": "pass", "train-mixed-devices": "skip", "generate": "pass", "speed": "pass",
-        "pipeline-model": "pass",
+        "pipeline-model": "pass", "lstm-sweep": "pass",
     }
     assert report["gpu"] is None and "NO GPU WAS PRESENT" in report["note"]
     assert "NO GPU WAS PRESENT" in proc.stdout and "| equivalence | pass |" in proc.stdout
@@ -43,8 +47,13 @@ def test_gpu_check_without_cuda_runs_every_check_on_cpu_devices(tmp_path):
     assert rows["hybrid"]["target_tokens_per_s"] > 0 and 0 < rows["hybrid"]["mfu"] < 1
     host = checks["pipeline-model"]["data"]["host_times"]  # 4+4 layers, 4 chunks: 32 cells
     assert host["tasks_per_step"]["cell_forward"] == 32 and host["seconds"]["cell_forward"] > 0
+    sweep = checks["lstm-sweep"]["data"]
+    assert [p["batch"] for p in sweep["points"]] == [16, 32, 64, 128, 256]
+    assert sweep["settings"]["dtype"] == "float32" and "NO GPU" in sweep["note"]
+    assert "| 256 |" in proc.stdout and "LSTM curves measured" in proc.stdout
 
 
+@slow
 def test_the_equivalence_check_fails_when_the_engine_loses_sentences(monkeypatch):
     import fairseq_hybrid.parallel.engine
 
@@ -56,6 +65,7 @@ def test_the_equivalence_check_fails_when_the_engine_loses_sentences(monkeypatch
     assert "cpu,cpu K=1" in check.detail and "relative" in check.detail
 
 
+@slow
 def test_a_check_that_raises_is_that_checks_failure_only():
     def broken():
         raise RuntimeError("boom")
@@ -65,6 +75,7 @@ def test_a_check_that_raises_is_that_checks_failure_only():
     assert "boom" in check.data["traceback"]
 
 
+@slow
 def test_bad_devices_are_one_line_before_any_work(tmp_path):
     with pytest.raises(gpu_check.BenchmarkError, match="'gpu7': cpu or cuda:N"):
         gpu_check.run("gpu7", True, tmp_path)
@@ -72,3 +83,93 @@ def test_bad_devices_are_one_line_before_any_work(tmp_path):
         with pytest.raises(gpu_check.BenchmarkError, match="cuda:0: this machine has no CUDA"):
             gpu_check.run("cuda:0", True, tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------ the LSTM sweep
+SETTINGS = lstm_sweep.SweepSettings("cpu", "float32", hidden=40, steps=6, batches=(8, 16, 64, 256))
+
+
+def synthetic_point(batch, forward, backward, projection_forward, projection_backward):
+    """A sweep point whose layer is the recurrent part plus the projection, each t0 + B t1."""
+    rf, rb = forward[0] + batch * forward[1], backward[0] + batch * backward[1]
+    pf, pb = projection_forward * batch, projection_backward * batch
+    return lstm_sweep.SweepPoint(batch, rf + pf, rf + rb + pf + pb, pf, pf + pb)
+
+
+def test_the_sweeps_fit_recovers_a_known_curve_from_synthetic_times():
+    forward, backward = (2e-4, 3e-6), (5e-4, 7e-6)  # (floor s, s per sentence)
+    points = [synthetic_point(b, forward, backward, 4e-7, 9e-7) for b in SETTINGS.batches]
+    timings = [lstm_sweep.recurrent_timing(p, SETTINGS, "synthetic") for p in points]
+    curves, fits = lstm_sweep.fit_curves(timings)
+    flops_per_sentence = 2 * 4 * 40 * 40 * 6  # the recurrent part, forward, one sentence
+    expected = {  # rate = peak B / (B + b_half) with peak = FLOPs / t1, b_half = t0 / t1
+        "forward": (flops_per_sentence / forward[1], forward[0] / forward[1]),
+        "training": (3 * flops_per_sentence / (forward[1] + backward[1]),
+                     (forward[0] + backward[0]) / (forward[1] + backward[1])),
+    }
+    for phase, (peak, b_half) in expected.items():
+        curve = getattr(curves, phase)
+        assert curve.peak_flops == pytest.approx(peak, rel=1e-9)
+        assert curve.b_half == pytest.approx(b_half, rel=1e-9)
+        assert fits[phase].max_relative_error < 1e-9
+    assert curves.hidden == 40
+    # the curves survive the report's JSON (what pipeline_model --lstm-sweep reads)
+    report = {"settings": {"hidden": 40}, "fits": {phase: lstm_sweep.curve_json(getattr(curves, phase))
+                                                   for phase in ("forward", "training")}}
+    assert lstm_sweep.curves_from_report(json.loads(json.dumps(report))) == curves
+    with pytest.raises(ValueError, match="not an LSTM sweep report"):
+        lstm_sweep.curves_from_report({"fits": {}})
+
+
+def test_a_sweep_with_no_recurrent_time_left_or_bad_settings_is_one_line():
+    slow_projection = lstm_sweep.SweepPoint(16, 1e-3, 3e-3, 1e-3, 2e-3)
+    with pytest.raises(ValueError, match="at 16 sentences the input projection alone took as long"):
+        lstm_sweep.recurrent_timing(slow_projection, SETTINGS, "x")
+    bad = [(dict(dtype="float16"), "--dtype float16 on cpu: fp16 training needs CUDA"),
+           (dict(batches=(16, 16)), "--batches 16,16: at least two different sizes"),
+           (dict(device="gpu"), "--device 'gpu': cpu or cuda:N"),
+           (dict(hidden=0), "--hidden 0: at least 1")]
+    for change, message in bad:
+        fields = {**SETTINGS.__dict__, **change}
+        with pytest.raises(ValueError, match=message):
+            lstm_sweep.check_settings(lstm_sweep.SweepSettings(**fields))
+    from benchmarks.pipeline_model import main as pipeline_model
+
+    with pytest.raises(SystemExit, match="--lstm-sweep x.json: only with --profile h100-sxm or"):
+        pipeline_model(["--lstm-sweep", "x.json"])
+    with pytest.raises(SystemExit, match="--lstm-sweep missing.json: .*No such file"):
+        pipeline_model(["--profile", "v100", "--lstm-sweep", "missing.json"])
+
+
+@slow
+def test_the_sweep_runs_on_the_cpu_and_the_pipeline_model_reads_its_curves(tmp_path):
+    env = dict(os.environ, PYTHONWARNINGS="ignore", CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
+    sweep_json, model_json = tmp_path / "sweep.json", tmp_path / "model.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.lstm_sweep", "--device", "cpu", "--hidden", "32",
+         "--steps", "8", "--repeats", "7", "--profiles", "h100-sxm", "--json", str(sweep_json)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(sweep_json.read_text())
+    assert [p["batch"] for p in report["points"]] == [16, 32, 64, 128, 256]
+    for point in report["points"]:
+        assert 0 < point["projection_forward_s"] < point["layer_forward_s"] < point["layer_training_s"]
+        assert point["recurrent_flops"] == 2 * 4 * 32 * 32 * 8 * point["batch"]
+    training = report["fits"]["training"]
+    assert training["peak_flops"] > 0 and training["b_half"] >= 0
+    assert [r[0] for r in training["residuals"]] == [16, 32, 64, 128, 256]
+    assert set(report["profiles"]) == {"measured", *PROFILES}
+    assert report["profiles"]["h100-sxm"]["hidden"] == 512  # nearest published to 32
+    table_rows = [line for line in proc.stdout.splitlines() if line.startswith("| 256 |")]
+    assert len(table_rows) == 2  # training and forward
+    assert len(table_rows[0].split("|")) == 2 + 5 + len(PROFILES)
+    measured = report["pipeline"]["h100-sxm"]["rows"]["measured"]
+    # the same curves through pipeline_model's --lstm-sweep give the same predictions
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.pipeline_model", "--profile", "h100-sxm", "--preset", "wmt",
+         "--devices", "1,2,4", "--lstm-sweep", str(sweep_json), "--json", str(model_json)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    model = json.loads(model_json.read_text())
+    assert model["links"]["profile's link"]["rows"] == measured
+    assert "LSTM curves: fitted to 5 CPU (1 torch thread(s)) float32 hidden 32" in model["profile"]["note"]

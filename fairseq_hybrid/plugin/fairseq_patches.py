@@ -76,6 +76,9 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
   default ``--ddp-backend pytorch_ddp`` hands torch's DistributedDataParallel
   ``device_ids`` for every module, which torch refuses for CPU modules; they get
   ``device_ids=None``, torch's rule for them (one-GPU modules are unchanged).
+- ``sharded_optimizer.zero_sharding_with_torch`` (``plugin/sharded_optimizer.py``):
+  ``--zero-sharding os`` on torch's ZeroRedundancyOptimizer (fairseq's needs fairscale);
+  ``master_params``: ``--fp16``'s flat fp32 master copy only where every parameter is on the GPU.
 - ``one_line_errors``: a ``HybridError`` (bad input or a runtime failure: an ordinary
   exception a Python caller can catch) reaches the command line as its one line and exit status 1; Ctrl-C during a
   training ends with one line saying the update reached and how to resume.
@@ -102,8 +105,8 @@ from fairseq.tasks import FairseqTask
 from fairseq.trainer import Trainer
 
 from . import (batch_limits, checkpoint_fit, checkpoints, checks, clipping, data_parallel,
-               generation_options, resumed_epoch, results_file, sentence_limits, stops, usage_errors,
-               world_size)
+               generation_options, master_params, resumed_epoch, results_file, sentence_limits,
+               sharded_optimizer, stops, usage_errors, world_size)
 from ..errors import PREFIX, HybridError, HybridRuntimeError, hybrid_error_in
 from .placement_options import chunks_argument
 
@@ -426,3 +429,5 @@ def apply() -> None:
     one_line_errors()
     clipping.clipping_across_devices()
     data_parallel.torch_ddp_for_every_module()
+    sharded_optimizer.zero_sharding_with_torch()
+    master_params.flat_master_only_where_it_fits()
