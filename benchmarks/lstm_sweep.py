@@ -42,7 +42,7 @@ from fairseq_hybrid.planning.lstm_published import (
 from fairseq_hybrid.planning.profiles import PROFILES, LstmCurves
 from fairseq_hybrid.chunking.wavefront import Link
 
-from .jsonio import write_json_atomic
+from fairseq_hybrid.jsonio import write_json_atomic
 from .pipeline_profile import profile_for, profile_report
 
 BATCHES = (16, 32, 64, 128, 256)
