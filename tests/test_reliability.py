@@ -11,7 +11,7 @@ import torch
 
 import fairseq_hybrid  # noqa: F401  (installs the patches)
 from cli import model_args, prepared_sample, run_tool, train_args
-from fairseq_hybrid.errors import HybridConfigError
+from fairseq_hybrid.errors import HybridConfigError, HybridRuntimeError
 from fairseq_hybrid.plugin import checkpoints, patience
 
 
@@ -37,7 +37,7 @@ def test_a_full_disk_keeps_the_previous_checkpoint_and_names_the_bytes(tmp_path,
 
     monkeypatch.setattr(torch, "save", disk_fills)
     state = {"model": {"w": torch.zeros(1000)}}
-    with pytest.raises(HybridConfigError) as error:
+    with pytest.raises(HybridRuntimeError) as error:  # not bad input: the disk filled up
         checkpoints.atomic_save(state, str(last))
     message = str(error.value)
     monkeypatch.setattr(torch, "save", real_save)
