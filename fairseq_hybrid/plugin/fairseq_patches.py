@@ -60,7 +60,8 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
   skipped, skipped with one warning line (also those over ``--max-tokens``).
 - ``batch_limits.one_line_size_errors`` (``plugin/batch_limits.py``): a training or
   validation split whose sentences do not fit ``--max-tokens`` or the positions is one line;
-  ``world_size.one_line_world_size``: more processes than GPUs for fairseq to start is too,
+  ``world_size.one_line_world_size``: more processes than GPUs for fairseq to start is too
+  (and ``world_size.torchrun_without_gpus`` lets torchrun start CPU processes),
   and ``checkpoint_fit.named_misfits`` a checkpoint that does not fit the resumed model.
 - ``one_line_non_finite``: a training stopped by a NaN/inf loss, and a beam search whose
   scores are all NaN/-inf, end with one line (what happened, at which update, what was
@@ -431,6 +432,7 @@ def apply() -> None:
     resumed_epoch.epochs_resumed_by_sentences()
     batch_limits.one_line_size_errors()
     world_size.one_line_world_size()
+    world_size.torchrun_without_gpus()
     checkpoint_fit.named_misfits()
     pipeline_chunks_auto()
     checked_generation_options()
