@@ -90,7 +90,7 @@ import sys
 import time
 import traceback
 import typing
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -104,6 +104,7 @@ from . import (batch_limits, checkpoint_fit, checkpoints, checks, clipping, data
                generation_options, resumed_epoch, results_file, sentence_limits, stops, usage_errors,
                world_size)
 from ..errors import HybridConfigError, hybrid_error_in
+from .batch_iterator import wrap_get_batch_iterator
 
 
 # ------------------------------------------------------------------ torch.load
@@ -260,34 +261,25 @@ def one_line_errors() -> None:
 # ------------------------------------------------------------------ batches after a resume
 def same_batches_after_resume() -> None:
     """Wrap ``FairseqTask.get_batch_iterator`` (once): see the module's docstring."""
+    wrap_get_batch_iterator("_hybrid_same_batches", first_epochs_batches)
 
-    original = FairseqTask.get_batch_iterator
-    if getattr(original, "_hybrid_same_batches", False):
-        return
-    signature = inspect.signature(original)
 
-    @functools.wraps(original)
-    def get_batch_iterator(self: Any, dataset: Any, *args: Any, **kwargs: Any) -> Any:
-        call = signature.bind(self, dataset, *args, **kwargs)
-        call.apply_defaults()
-        given = call.arguments
-        epoch = given["epoch"]
-        reused = (
-            epoch > 1 and not given["disable_iterator_cache"]
-            and not given["update_epoch_batch_itr"] and self.can_reuse_epoch_itr(dataset)
-            and not getattr(getattr(self, "cfg", None), "rebuild_batches", False)
-            and dataset not in getattr(self, "dataset_to_epoch_iter", {})
-        )
-        if not reused:
-            return original(**given)
-        iterator = original(**{**given, "epoch": 1})  # the batches of a run's first epoch
-        iterator.epoch = epoch  # then on, the epoch it really is (shuffling, set_epoch)
-        if hasattr(dataset, "set_epoch"):
-            dataset.set_epoch(epoch)
-        return iterator
-
-    get_batch_iterator._hybrid_same_batches = True
-    FairseqTask.get_batch_iterator = get_batch_iterator
+def first_epochs_batches(original: Callable[..., Any], task: Any, dataset: Any,
+                         given: Dict[str, Any]) -> Any:
+    epoch = given["epoch"]
+    reused = (
+        epoch > 1 and not given["disable_iterator_cache"]
+        and not given["update_epoch_batch_itr"] and task.can_reuse_epoch_itr(dataset)
+        and not getattr(getattr(task, "cfg", None), "rebuild_batches", False)
+        and dataset not in getattr(task, "dataset_to_epoch_iter", {})
+    )
+    if not reused:
+        return original(**given)
+    iterator = original(**{**given, "epoch": 1})  # the batches of a run's first epoch
+    iterator.epoch = epoch  # then on, the epoch it really is (shuffling, set_epoch)
+    if hasattr(dataset, "set_epoch"):
+        dataset.set_epoch(epoch)
+    return iterator
 
 
 # ------------------------------------------------------------------ --pipeline-chunks auto
