@@ -18,7 +18,9 @@ import torch
 
 from fairseq_hybrid.planning.analytic import stage_times_from_profile
 from fairseq_hybrid.planning.planned import PLANNED_LADDER, STEPS, planned_speedups
-from fairseq_hybrid.planning.compare import SchemePrediction, compare, compare_profile, fastest
+from fairseq_hybrid.planning.compare import (
+    SHARDED_OPTIMIZER, SchemePrediction, compare, compare_profile, fastest,
+)
 from fairseq_hybrid.planning.profiles import (
     LINKS, PROFILES, DeviceProfile, LstmCurves, sensitivity_variants, with_link,
 )
@@ -32,7 +34,9 @@ from .models import measure_stage_times
 
 MODELLED = "modelled, not measured: no GPU has run this"
 SCHEMES = (("hybrid", "hybrid (today's schedule)"), ("ddp_same_batch", "DDP, same global batch"),
+           ("ddp_sharded", "DDP + sharded optimizer"), ("groups", "hybrid groups in DDP"),
            ("ddp_n_batch", "DDP, N x the batch"))
+TITLES = dict(SCHEMES)
 
 
 def parse_link(text: Optional[str]) -> Link:
@@ -94,10 +98,11 @@ def profile_report(profile_name: str, preset: str, device_counts: Sequence[int],
     for label, variant in {"as profiled": profile, **sensitivity_variants(profile)}.items():
         rows = compare_profile(variant, model, batch, [largest], chunk_counts)
         report["sensitivity"][label] = {
-            name: next(p.speedup for p in rows[name] if p.devices == largest)
+            name: next((p.speedup for p in rows[name] if p.devices == largest), None)
             for name, _ in SCHEMES
         }
-    report["planned"] = planned_report(profile, model, batch, largest, chunk_counts, links)
+    hybrid_largest = max(n for n in device_counts if n <= model.layers)  # a layer per device
+    report["planned"] = planned_report(profile, model, batch, hybrid_largest, chunk_counts, links)
     return report
 
 
@@ -156,21 +161,24 @@ def format_profile_report(report: Dict[str, Any]) -> str:
         lines.append("")
         lines.append(f"link {label}: {entry['bandwidth_gbs']:.0f} GB/s, {entry['latency_us']:.0f} us")
         counts = [row["devices"] for row in entry["rows"]["ddp_same_batch"]]
-        lines.append(f"  {'scheme':<28}" + "".join(f"{n:>4} dev   " for n in counts))
+        lines.append(f"  {'scheme':<28}" + "".join(f"{f'{n} dev':>9}   " for n in counts))
         for name, title in SCHEMES:
             cells = {row["devices"]: row for row in entry["rows"][name]}
             text = ""
             for n in counts:
                 row = cells.get(n)
                 if row is None:
-                    text += f"{'-':>10} "
+                    text += f"{'-':>5}{'':<7}"
                 else:
                     k = f" K{row['chunks']}" if row.get("chunks") else ""
-                    text += f"{row['speedup']:>5.2f}x{k:<4} "
+                    if name == "groups":
+                        k = f" {row['replicas']}x{row['stages']}"
+                    mark = "*" if entry["fastest_same_batch"].get(n) == name else " "
+                    text += f"{row['speedup']:>5.2f}x{mark}{k:<5}"
             lines.append(f"  {title:<28}{text}")
-        verdict = {n: name for n, name in entry["fastest_same_batch"].items()}
-        lines.append("  fastest at the same batch: " + ", ".join(
-            f"{n} dev: {'hybrid' if v == 'hybrid' else 'DDP'}" for n, v in verdict.items()))
+        lines.append("  * the fastest at the same global batch" + (
+            "" if SHARDED_OPTIMIZER else " (the sharded optimizer not counted: the plugin does "
+            "not run it yet)") + "; groups: processes x devices each")
     if report.get("without_host_bound"):
         lines += ["", "without the host bound (the cells as CUDA graphs, or a process per "
                   "device): hybrid"]
@@ -181,11 +189,12 @@ def format_profile_report(report: Dict[str, Any]) -> str:
         lines.append("")
         lines.append("sensitivity (largest N, profile's link):")
         for label, values in report["sensitivity"].items():
-            lines.append(f"  {label:<30} hybrid {values['hybrid']:.2f}x, DDP same batch "
-                         f"{values['ddp_same_batch']:.2f}x, DDP N x batch {values['ddp_n_batch']:.2f}x")
+            lines.append(f"  {label:<30} " + ", ".join(
+                f"{TITLES[name]} {value:.2f}x" for name, value in values.items() if value is not None))
         for name, title in SCHEMES:
-            values = [v[name] for v in report["sensitivity"].values()]
-            lines.append(f"  range {title}: {min(values):.2f}x - {max(values):.2f}x")
+            values = [v[name] for v in report["sensitivity"].values() if v.get(name) is not None]
+            if values:
+                lines.append(f"  range {title}: {min(values):.2f}x - {max(values):.2f}x")
     planned = report.get("planned")
     if planned:
         lines += ["", f"the planned schedule (planning/planned.py), {planned['devices']} devices, "

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from fairseq_hybrid.tools.advice_report import command_line
+from fairseq_hybrid.tools.advice_report import command_line, scheme_command, scheme_title
 from fairseq_hybrid.jsonio import write_json_atomic
 from fairseq_hybrid.chunking.chunk_choice import LinearCost, cell_times_for
 from fairseq_hybrid.planning.recommend import (
@@ -99,6 +99,39 @@ def test_command_line_fills_in_the_recommendations():
         "--pipeline-chunks 4 --max-tokens 8000")
 
 
+ARGV = ["data-bin/x", "--user-dir", "fairseq_hybrid", "--arch", "hybrid_lstm", "--hybrid-devices",
+        "cuda:0,cuda:1,cuda:2,cuda:3", "--pipeline-chunks", "4", "--max-tokens", "8000", "--link-gbps", "10"]
+KEPT = "data-bin/x --user-dir fairseq_hybrid --arch hybrid_lstm"
+
+
+def row(scheme, processes, stages, chunks=None, max_tokens=2000):
+    return {"scheme": scheme, "processes": processes, "devices_per_process": stages, "chunks": chunks,
+            "max_tokens_per_process": max_tokens}
+
+
+def test_each_scheme_has_the_command_that_runs_it():
+    import torch
+
+    gpus, cpus = [torch.device("cuda", i) for i in range(4)], [torch.device("cpu")] * 4
+    # DDP on GPUs: fairseq starts a process per GPU; the batch split over them
+    assert scheme_command(row("ddp_same_batch", 4, 1), ARGV, gpus, 16) == \
+        f"fairseq-train {KEPT} --max-tokens 2000 --distributed-world-size 4"
+    # on CPUs: torchrun (fairseq reads its ranks only with the world size), the cores split
+    assert scheme_command(row("ddp_same_batch", 4, 1), ARGV, cpus, 16) == (
+        f"OMP_NUM_THREADS=4 torchrun --standalone --nproc_per_node 4 $(which fairseq-train) {KEPT} "
+        "--max-tokens 2000 --distributed-world-size 4 --distributed-backend gloo")
+    # hybrid groups: a process per pair of GPUs, each seeing its own two as 0,1
+    groups = scheme_command(row("groups", 2, 2, chunks=2, max_tokens=4000), ARGV, gpus, 16)
+    assert groups == (
+        f"r=0; for gpus in 0,1 2,3; do CUDA_VISIBLE_DEVICES=$gpus fairseq-train {KEPT} --max-tokens 4000 "
+        "--hybrid-devices 0,1 --pipeline-chunks 2 --distributed-world-size 2 --distributed-rank $r "
+        "--distributed-init-method tcp://localhost:29500 --distributed-no-spawn & r=$((r + 1)); done; wait")
+    assert "--hybrid-devices cpu,cpu --pipeline-chunks 2" in scheme_command(
+        row("groups", 2, 2, chunks=2, max_tokens=4000), ARGV, cpus, 16)
+    assert scheme_title(row("groups", 2, 2)) == "hybrid groups in DDP (2 x 2 devices)"
+    assert scheme_title(row("ddp_same_batch", 4, 1)) == "fairseq DDP (4 processes)"
+
+
 def test_json_is_written_atomically(tmp_path):
     out = tmp_path / "deep" / "advice.json"
     write_json_atomic({"a": [1, 2]}, out)
@@ -125,18 +158,24 @@ def test_advise_cli_on_the_sample(sample_data, tmp_path):
     assert settings[:2] == ["--pipeline-chunks", "--hybrid-balance"]
     assert "data-parallel replicas (machines)" in settings
     chunks = report["recommendations"][0]["value"]
-    assert f"--pipeline-chunks {chunks}" in report["command"] and report["command"].startswith("fairseq-train ")
+    assert f"--pipeline-chunks {chunks}" in proc.stdout  # the recommendation row
     assert "--link-gbps" not in report["command"]
     assert report["command"] in proc.stdout and "--pipeline-chunks" in proc.stdout
     assert [item["max_tokens"] for item in report["sweep"]] == sorted(item["max_tokens"] for item in report["sweep"])
     assert report["check"]["measured_step_s"] > 0
-    versus = report["versus_ddp"]  # fairseq's DDP of the same model, same global batch
-    assert versus["devices"] == 2 and versus["ddp_max_tokens_per_process"] == 200
+    schemes = report["schemes"]  # every way to train the same global batch on the 2 devices
+    names = [item["scheme"] for item in schemes["rows"]]
+    assert names[:2] == ["hybrid", "ddp_same_batch"] and "groups" not in names  # 2 devices: no groups
+    ddp = schemes["rows"][1]
+    assert (ddp["processes"], ddp["devices_per_process"], ddp["max_tokens_per_process"]) == (2, 1, 200)
+    winner = max(schemes["rows"], key=lambda item: item["predicted_tokens_per_s"])
+    assert schemes["fastest"] == winner["scheme"]
     row = next(r for r in report["recommendations"] if r["setting"] == "parallelism")
-    faster = max(versus["ddp_predicted_tokens_per_s"], versus["hybrid_predicted_tokens_per_s"])
-    assert row["tokens_per_s"] == faster
-    assert row["value"] == ("fairseq DDP" if versus["faster"] == "ddp" else "hybrid")
-    assert ("train with DDP" in row["why"]) == (versus["faster"] == "ddp")
+    assert row["tokens_per_s"] == winner["predicted_tokens_per_s"]
+    if winner["scheme"] == "hybrid":
+        assert report["command"].startswith("fairseq-train ") and f"--pipeline-chunks {chunks}" in report["command"]
+    else:
+        assert report["command"].startswith("OMP_NUM_THREADS=") and "--nproc_per_node 2" in report["command"]
     bad = subprocess.run([str(BIN / "python"), "-m", "fairseq_hybrid.tools.advise", *args[:-4], "--link-gbps", "0"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert bad.returncode == 1

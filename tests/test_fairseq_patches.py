@@ -85,3 +85,4 @@ def test_generate_translates_all_300_sentences_with_default_options(data, tmp_pa
     translated = sorted(int(line.split("\t")[0][2:]) for line in hypotheses(proc.stdout))
     assert translated == list(range(300))
     assert "Translated 300 sentences" in proc.stderr + proc.stdout
+

@@ -1,7 +1,16 @@
-"""Hybrid against what a user would run instead, on the same devices: fairseq's data
-parallelism (DDP) of the same model — at the same global batch (1/N of the sentences per
-device, with the profile's small-batch LSTM slowdown) and at N times the batch — each
-step from the same stage-time model, so the comparison cannot favour either side.
+"""Every way to train the model on N devices, each step from the same stage-time model so
+the comparison cannot favour any of them, and the fastest at the user's global batch:
+
+- ``hybrid``: one process drives the N devices (the layer pipeline and the sharded head).
+- ``ddp_same_batch``: fairseq's data parallelism (torch DDP, one process per device), each
+  device 1/N of the sentences (with the profile's small-batch LSTM slowdown).
+- ``ddp_sharded``: the same with the optimizer state sharded over the processes (fairseq's
+  ``--zero-sharding os``): each process steps 1/N of the parameters, then the updated
+  parameters are gathered from their owners after the step.
+- ``groups``: S-device hybrids in R = N / S processes (S, R > 1), data parallel between
+  them with ``legacy_ddp`` (what the plugin runs for several devices per process: the
+  all-reduce follows backward), each group 1/R of the sentences.
+- ``ddp_n_batch``: DDP at N times the batch (another batch: shown, never picked).
 
 DDP: every device runs the whole model on its sentences; the gradients of all parameters
 are all-reduced (ring: 2 (N-1)/N of their bytes over the link, in 25 MB buckets started as
@@ -13,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .analytic import stage_times_from_profile
 from .profiles import DeviceProfile, with_link
@@ -33,6 +42,16 @@ class SchemePrediction:
     speedup: float  # tokens/s over one device at the global batch
     chunks: Optional[int] = None  # hybrid: the fastest K
     exposed_allreduce_s: float = 0.0  # DDP: what of the all-reduce outlasts backward
+    stages: int = 1  # devices per process
+    replicas: int = 1  # processes (data-parallel replicas)
+
+
+# the schemes that train the user's global batch, in the order a tie goes to
+SAME_BATCH = ("hybrid", "ddp_same_batch", "ddp_sharded", "groups")
+# the fairseq-train options that shard the optimizer state over DDP processes, as the plugin
+# runs them (``plugin/sharded_optimizer.py``: torch's ZeroRedundancyOptimizer); None would
+# leave ``ddp_sharded`` predicted but never picked
+SHARDED_OPTIMIZER: Optional[Tuple[str, ...]] = ("--zero-sharding", "os")
 
 
 def allreduce_seconds(nbytes: float, devices: int, link: Link) -> float:
@@ -67,32 +86,90 @@ def ddp_step(stage: StageTimes, devices: int, link: Link) -> Dict[str, float]:
             "total": parts["total"] + exposed}
 
 
+def ddp_sharded_step(stage: StageTimes, devices: int, link: Link) -> Dict[str, float]:
+    """``ddp_step`` with the optimizer state sharded: each process steps 1/N of the
+    parameters, then gathers the others' updated parameters (a ring all-gather of
+    (N-1)/N of their bytes, after the step: exposed)."""
+    step = ddp_step(stage, devices, link)
+    if devices <= 1:
+        return {**step, "gather": 0.0}
+    params = stage.param_bytes_master + sum(stage.param_bytes_layer)
+    gather = link.cost((devices - 1) / devices * params, count=devices - 1)
+    saved = stage.rest * (1 - 1 / devices)
+    return {**step, "gather": gather, "total": step["total"] - saved + gather}
+
+
+def group_splits(devices: int, layers: int) -> List[Tuple[int, int]]:
+    """(stages, replicas) with stages x replicas = ``devices``, both > 1, stages <= layers."""
+    return [(s, devices // s) for s in range(2, min(devices, layers) + 1)
+            if devices % s == 0 and devices // s > 1]
+
+
+def fastest_hybrid(stage: StageTimes, devices: int, chunks: Sequence[int], link: Link,
+                   schedule: str) -> Tuple[int, float]:
+    """The fastest K (of ``chunks`` that ``stage`` has cell times for) and its step for a
+    hybrid over ``devices``."""
+    steps = {k: predict_step(stage, devices, k, schedule, link)["total"]
+             for k in chunks if k in stage.cells}
+    k = min(steps, key=steps.get)
+    return k, steps[k]
+
+
 def compare(stage_for: StageFor, layers: int, batch: BatchSize, device_counts: Sequence[int],
-            chunk_counts: Sequence[int], link: Link) -> Dict[str, List[SchemePrediction]]:
-    """Per N: today's hybrid schedule at its fastest K, DDP at the same global batch, DDP
-    at N x the batch, all over ``link``, from stage times ``stage_for`` gives."""
+            chunk_counts: Sequence[int], link: Link,
+            schedule: str = "dataflow") -> Dict[str, List[SchemePrediction]]:
+    """Per N, every scheme of the module's list over ``link``, from the stage times
+    ``stage_for`` gives (each batch's once); the hybrids under ``schedule`` (GPUs:
+    dataflow; CPU devices: cycle)."""
     counts = sorted(set(device_counts) | {1})
     chunks = sorted(set(chunk_counts) | {1})
-    stage = stage_for(batch, chunks, counts)
-    stages = {batch: stage}  # each batch's stage times once (``measured`` measures them)
-    base = predict_step(stage, 1, 1, "dataflow", link)["total"]
-    rows: Dict[str, List[SchemePrediction]] = {"hybrid": [], "ddp_same_batch": [], "ddp_n_batch": []}
+    stage = stage_for(batch, chunks, [n for n in counts if n <= layers])  # hybrids: a layer each
+    # each batch's stage times once (``measured`` measures them), with every K where a
+    # hybrid runs it
+    stages = {(batch, True): stage}
+
+    def stage_at(sentences: int, devices: int) -> StageTimes:
+        share = BatchSize(sentences, batch.source_len, batch.target_len)
+        key = (share, devices > 1)
+        if (share, True) in stages:
+            return stages[(share, True)]
+        if key not in stages:
+            stages[key] = stage_for(share, chunks if devices > 1 else [1], list(range(1, devices + 1)))
+        return stages[key]
+
+    base = predict_step(stage, 1, 1, schedule, link)["total"]
+    rows: Dict[str, List[SchemePrediction]] = {name: [] for name in (*SAME_BATCH, "ddp_n_batch")}
     for n in counts:
         if n <= layers:
-            steps = {k: predict_step(stage, n, k, "dataflow", link)["total"] for k in chunks}
-            k = min(steps, key=steps.get)
-            rows["hybrid"].append(SchemePrediction(n, steps[k], batch.sentences, base / steps[k], k))
-        share = BatchSize(math.ceil(batch.sentences / n), batch.source_len, batch.target_len)
-        if share not in stages:
-            stages[share] = stage_for(share, [1], [1])
-        same = ddp_step(stages[share], n, link)
+            k, step = fastest_hybrid(stage, n, chunks, link, schedule)
+            rows["hybrid"].append(SchemePrediction(n, step, batch.sentences, base / step, k, stages=n))
+        share = stage_at(math.ceil(batch.sentences / n), 1)
+        same = ddp_step(share, n, link)
         rows["ddp_same_batch"].append(SchemePrediction(n, same["total"], batch.sentences,
                                                        base / same["total"],
-                                                       exposed_allreduce_s=same["exposed_allreduce"]))
+                                                       exposed_allreduce_s=same["exposed_allreduce"],
+                                                       replicas=n))
+        if n > 1:
+            sharded = ddp_sharded_step(share, n, link)
+            rows["ddp_sharded"].append(SchemePrediction(n, sharded["total"], batch.sentences,
+                                                        base / sharded["total"],
+                                                        exposed_allreduce_s=same["exposed_allreduce"],
+                                                        replicas=n))
+        groups = []
+        for s, r in group_splits(n, layers):
+            group = stage_at(math.ceil(batch.sentences / r), s)
+            k, step = fastest_hybrid(group, s, chunks, link, schedule)
+            grads = group.param_bytes_master + sum(group.param_bytes_layer)
+            ring = allreduce_seconds(grads, r, link)  # legacy_ddp: after backward, all exposed
+            groups.append(SchemePrediction(n, step + ring, batch.sentences, base / (step + ring), k,
+                                           exposed_allreduce_s=ring, stages=s, replicas=r))
+        if groups:
+            rows["groups"].append(max(groups, key=lambda p: p.speedup))
         more = ddp_step(stage, n, link)  # each device the whole batch: its compute is ``base``
         rows["ddp_n_batch"].append(SchemePrediction(n, more["total"], n * batch.sentences,
                                                     n * base / more["total"],
-                                                    exposed_allreduce_s=more["exposed_allreduce"]))
+                                                    exposed_allreduce_s=more["exposed_allreduce"],
+                                                    replicas=n))
     return rows
 
 
@@ -106,8 +183,10 @@ def compare_profile(profile: DeviceProfile, model: ModelSize, batch: BatchSize,
 
 
 def fastest(rows: Dict[str, List[SchemePrediction]], devices: int, same_batch: bool = True) -> str:
-    """Which of hybrid and DDP (at the same batch, or also DDP at N x batch) is predicted
-    faster on ``devices`` devices."""
-    names = ["hybrid", "ddp_same_batch"] + ([] if same_batch else ["ddp_n_batch"])
-    best = {name: p.speedup for name in names for p in rows[name] if p.devices == devices}
+    """The scheme predicted fastest on ``devices`` devices among those that train the same
+    global batch (also DDP at N x the batch unless ``same_batch``); a tie goes to the
+    simpler, earlier one in ``SAME_BATCH``."""
+    names = [name for name in SAME_BATCH if name != "ddp_sharded" or SHARDED_OPTIMIZER]
+    names += [] if same_batch else ["ddp_n_batch"]
+    best = {name: p.speedup for name in names for p in rows.get(name, []) if p.devices == devices}
     return max(best, key=best.get)

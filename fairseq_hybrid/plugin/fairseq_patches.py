@@ -62,7 +62,8 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
   skipped, skipped with one warning line (also those over ``--max-tokens``).
 - ``batch_limits.one_line_size_errors`` (``plugin/batch_limits.py``): a training or
   validation split whose sentences do not fit ``--max-tokens`` or the positions is one line;
-  ``world_size.one_line_world_size``: more processes than GPUs for fairseq to start is too,
+  ``world_size.one_line_world_size``: more processes than GPUs for fairseq to start is too
+  (and ``world_size.torchrun_without_gpus`` lets torchrun start CPU processes),
   and ``checkpoint_fit.named_misfits`` a checkpoint that does not fit the resumed model.
 - ``one_line_non_finite``: a training stopped by a NaN/inf loss, and a beam search whose
   scores are all NaN/-inf, end with one line (what happened, at which update, what was
@@ -94,7 +95,7 @@ import sys
 import time
 import traceback
 import typing
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -109,6 +110,7 @@ from . import (batch_limits, checkpoint_fit, checkpoints, checks, clipping, data
                sharded_optimizer, stops, usage_errors, world_size)
 from ..errors import PREFIX, HybridError, HybridRuntimeError, hybrid_error_in
 from .placement_options import chunks_argument
+from .batch_iterator import wrap_get_batch_iterator
 
 
 # ------------------------------------------------------------------ torch.load
@@ -265,34 +267,25 @@ def one_line_errors() -> None:
 # ------------------------------------------------------------------ batches after a resume
 def same_batches_after_resume() -> None:
     """Wrap ``FairseqTask.get_batch_iterator`` (once): see the module's docstring."""
+    wrap_get_batch_iterator("_hybrid_same_batches", first_epochs_batches)
 
-    original = FairseqTask.get_batch_iterator
-    if getattr(original, "_hybrid_same_batches", False):
-        return
-    signature = inspect.signature(original)
 
-    @functools.wraps(original)
-    def get_batch_iterator(self: Any, dataset: Any, *args: Any, **kwargs: Any) -> Any:
-        call = signature.bind(self, dataset, *args, **kwargs)
-        call.apply_defaults()
-        given = call.arguments
-        epoch = given["epoch"]
-        reused = (
-            epoch > 1 and not given["disable_iterator_cache"]
-            and not given["update_epoch_batch_itr"] and self.can_reuse_epoch_itr(dataset)
-            and not getattr(getattr(self, "cfg", None), "rebuild_batches", False)
-            and dataset not in getattr(self, "dataset_to_epoch_iter", {})
-        )
-        if not reused:
-            return original(**given)
-        iterator = original(**{**given, "epoch": 1})  # the batches of a run's first epoch
-        iterator.epoch = epoch  # then on, the epoch it really is (shuffling, set_epoch)
-        if hasattr(dataset, "set_epoch"):
-            dataset.set_epoch(epoch)
-        return iterator
-
-    get_batch_iterator._hybrid_same_batches = True
-    FairseqTask.get_batch_iterator = get_batch_iterator
+def first_epochs_batches(original: Callable[..., Any], task: Any, dataset: Any,
+                         given: Dict[str, Any]) -> Any:
+    epoch = given["epoch"]
+    reused = (
+        epoch > 1 and not given["disable_iterator_cache"]
+        and not given["update_epoch_batch_itr"] and task.can_reuse_epoch_itr(dataset)
+        and not getattr(getattr(task, "cfg", None), "rebuild_batches", False)
+        and dataset not in getattr(task, "dataset_to_epoch_iter", {})
+    )
+    if not reused:
+        return original(**given)
+    iterator = original(**{**given, "epoch": 1})  # the batches of a run's first epoch
+    iterator.epoch = epoch  # then on, the epoch it really is (shuffling, set_epoch)
+    if hasattr(dataset, "set_epoch"):
+        dataset.set_epoch(epoch)
+    return iterator
 
 
 # ------------------------------------------------------------------ --pipeline-chunks auto
@@ -422,6 +415,7 @@ def apply() -> None:
     resumed_epoch.epochs_resumed_by_sentences()
     batch_limits.one_line_size_errors()
     world_size.one_line_world_size()
+    world_size.torchrun_without_gpus()
     checkpoint_fit.named_misfits()
     pipeline_chunks_auto()
     checked_generation_options()

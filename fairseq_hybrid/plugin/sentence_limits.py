@@ -24,16 +24,15 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import functools
-import inspect
 import logging
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 from fairseq import utils
 from fairseq.tasks import FairseqTask
 
 from ..errors import HybridConfigError
+from .batch_iterator import wrap_get_batch_iterator
 
 logger = logging.getLogger(__name__)
 SKIP = "--skip-invalid-size-inputs-valid-test"
@@ -187,32 +186,24 @@ def tokens_error(task: Any, dataset: Any, max_tokens: int) -> str:
 def limited_batches() -> None:
     """Wrap (once) ``FairseqTask.get_batch_iterator`` and ``filter_indices_by_size``: see
     the module's docstring."""
-    original = FairseqTask.get_batch_iterator
-    if getattr(original, "_hybrid_limited", False):
-        return
-    signature = inspect.signature(original)
-
-    @functools.wraps(original)
-    def get_batch_iterator(self: Any, dataset: Any, *args: Any, **kwargs: Any) -> Any:
-        call = signature.bind(self, dataset, *args, **kwargs)
-        call.apply_defaults()
-        given = call.arguments
-        max_tokens = given["max_tokens"]
-        if given["ignore_invalid_inputs"] and max_tokens and given["max_positions"] is not None:
-            given["max_positions"] = utils.resolve_max_positions(given["max_positions"], max_tokens)
-        token = _max_tokens.set(max_tokens)
-        try:
-            return original(**given)
-        except AssertionError as error:
-            if not (max_tokens and "should not exceed max_tokens" in str(error)):
-                raise
-            raise SentencesTooLong(tokens_error(self, dataset, max_tokens)) from error
-        finally:
-            _max_tokens.reset(token)
-
-    get_batch_iterator._hybrid_limited = True
-    FairseqTask.get_batch_iterator = get_batch_iterator
+    wrap_get_batch_iterator("_hybrid_limited", batches_within_limits)
     FairseqTask.filter_indices_by_size = filter_indices_by_size
+
+
+def batches_within_limits(original: Callable[..., Any], task: Any, dataset: Any,
+                          given: Dict[str, Any]) -> Any:
+    max_tokens = given["max_tokens"]
+    if given["ignore_invalid_inputs"] and max_tokens and given["max_positions"] is not None:
+        given["max_positions"] = utils.resolve_max_positions(given["max_positions"], max_tokens)
+    token = _max_tokens.set(max_tokens)
+    try:
+        return original(**given)
+    except AssertionError as error:
+        if not (max_tokens and "should not exceed max_tokens" in str(error)):
+            raise
+        raise SentencesTooLong(tokens_error(task, dataset, max_tokens)) from error
+    finally:
+        _max_tokens.reset(token)
 
 
 def skip_overlong_lines(args: Any) -> None:

@@ -1,5 +1,6 @@
 """fairseq-train's ``--distributed-world-size N`` on a machine with fewer than N GPUs, in
-one line (installed by ``fairseq_patches.apply``, for every model).
+one line, and torchrun on a machine without GPUs (installed by ``fairseq_patches.apply``,
+for every model).
 
 Without a launcher (torchrun, Slurm) or ``--distributed-init-method``, fairseq starts one
 process per GPU of this machine itself (``distributed_utils._infer_single_node_init``) and
@@ -10,6 +11,7 @@ yourself (how CPU training over several processes runs: docs/parallelism.md).
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 import torch
@@ -43,3 +45,27 @@ def one_line_world_size() -> None:
 
     infer_single_node_init._hybrid_checked = True
     distributed_utils._infer_single_node_init = infer_single_node_init
+
+
+def torchrun_without_gpus() -> None:
+    """Under torchrun (or torch.distributed.launch) fairseq picks each process's GPU as
+    ``rank % torch.cuda.device_count()``, a ZeroDivisionError on a machine without GPUs;
+    there the process's device is the CPU (``device_id`` 0, unused). Where GPUs exist,
+    fairseq's own rule runs unchanged."""
+    original = distributed_utils._infer_torch_distributed_launch_init
+    if getattr(original, "_hybrid_checked", False):
+        return
+
+    @functools.wraps(original)
+    def infer_torch_distributed_launch_init(cfg: Any) -> Any:
+        if torch.cuda.device_count() > 0:
+            return original(cfg)
+        cfg.distributed_init_method = "env://"
+        cfg.distributed_world_size = int(os.environ["WORLD_SIZE"])
+        cfg.distributed_rank = int(os.environ["RANK"])
+        cfg.device_id = 0
+        cfg.distributed_no_spawn = True  # the launcher started the processes
+        return None
+
+    infer_torch_distributed_launch_init._hybrid_checked = True
+    distributed_utils._infer_torch_distributed_launch_init = infer_torch_distributed_launch_init

@@ -6,9 +6,16 @@ from __future__ import annotations
 import shlex
 from typing import Any, Dict, List, Optional, Sequence
 
+import torch
+
+from ..planning.compare import SHARDED_OPTIMIZER
 from ..planning.recommend import GAIN_THRESHOLD, MEMORY_HEADROOM, Prediction, ReplicaAdvice
 
 ADVISOR_OPTIONS = ("--link-gbps", "--link-latency-us", "--advice-json")
+# set by each scheme's command itself
+PLACEMENT_OPTIONS = ("--hybrid-devices", "--hybrid-balance", "--distributed-world-size",
+                     "--distributed-rank", "--distributed-init-method", "--distributed-backend")
+PORT = 29500  # the first process's port for the others to meet at
 REPLICA_LIMIT = 256  # replica counts tried
 REPLACED_OPTIONS = ("--pipeline-chunks", "--hybrid-balance", "--max-tokens")
 
@@ -70,22 +77,18 @@ def recommendation_rows(
                            "per process)" if replicas.overlapped else
                            "(tok/s: all-reduce after backward, as legacy_ddp runs it with several "
                            "devices per process)")})
-    versus = report.get("versus_ddp")
-    if versus:
-        ddp_wins = versus["faster"] == "ddp"
+    schemes = report.get("schemes")
+    if schemes:
+        by_name = {row["scheme"]: row for row in schemes["rows"]}
+        winner, hybrid = by_name[schemes["fastest"]], by_name["hybrid"]
+        others = ", ".join(f"{scheme_title(row)} {row['predicted_tokens_per_s']:,.0f}"
+                           for row in schemes["rows"] if row is not winner)
         rows.append({
-            "setting": "parallelism", "value": "fairseq DDP" if ddp_wins else "hybrid",
-            "tokens_per_s": max(versus["ddp_predicted_tokens_per_s"],
-                                versus["hybrid_predicted_tokens_per_s"]), "error": "-",
-            "why": (f"fairseq's DDP of this model over {versus['devices']} processes (--max-tokens "
-                    f"{versus['ddp_max_tokens_per_process']} each, the same global batch) is "
-                    f"predicted faster than hybrid: {versus['ddp_predicted_tokens_per_s']:,.0f} vs "
-                    f"{versus['hybrid_predicted_tokens_per_s']:,.0f} tok/s; train with DDP"
-                    if ddp_wins else
-                    f"hybrid is predicted faster than fairseq's DDP of this model at the same "
-                    f"global batch: {versus['hybrid_predicted_tokens_per_s']:,.0f} vs "
-                    f"{versus['ddp_predicted_tokens_per_s']:,.0f} tok/s")
-                   + f" ({versus['note']})"})
+            "setting": "parallelism", "value": scheme_title(winner),
+            "tokens_per_s": winner["predicted_tokens_per_s"], "error": "-",
+            "why": f"the fastest way predicted to train the same global batch on "
+                   f"{schemes['devices']} devices ({others} tok/s; {schemes['note']})"
+                   + ("" if winner is hybrid else "; the command below runs it")})
     recommended = knee if fits is None else min(knee, fits)
     rows.append({"setting": "--max-tokens (recommended)", "value": str(recommended),
                  "option_value": str(recommended),
@@ -95,8 +98,8 @@ def recommendation_rows(
     return rows
 
 
-def command_line(argv: Sequence[str], rows: Sequence[Dict[str, Any]]) -> str:
-    """``fairseq-train`` with the advisor's options removed and the recommendations set."""
+def without_options(argv: Sequence[str], names: Sequence[str]) -> List[str]:
+    """``argv`` without the options ``names`` (``--name value`` or ``--name=value``)."""
     kept: List[str] = []
     skip = False
     for arg in argv:
@@ -104,10 +107,16 @@ def command_line(argv: Sequence[str], rows: Sequence[Dict[str, Any]]) -> str:
             skip = False
             continue
         name = arg.split("=", 1)[0]
-        if name in ADVISOR_OPTIONS + REPLACED_OPTIONS:
+        if name in names:
             skip = "=" not in arg
             continue
         kept.append(arg)
+    return kept
+
+
+def command_line(argv: Sequence[str], rows: Sequence[Dict[str, Any]]) -> str:
+    """``fairseq-train`` with the advisor's options removed and the recommendations set."""
+    kept = without_options(argv, ADVISOR_OPTIONS + REPLACED_OPTIONS)
     by_setting = {row["setting"]: row for row in rows}
     for option in REPLACED_OPTIONS:
         row = by_setting.get(option) or by_setting.get(option + " (recommended)", {})
@@ -115,6 +124,49 @@ def command_line(argv: Sequence[str], rows: Sequence[Dict[str, Any]]) -> str:
         if value is not None:
             kept += [option, value]
     return "fairseq-train " + shlex.join(kept)
+
+
+def scheme_command(row: Dict[str, Any], argv: Sequence[str], devices: Sequence[torch.device],
+                   cores: int) -> str:
+    """The command that trains as ``row`` (a ``schemes`` row of the report: DDP or hybrid
+    groups) on ``devices``: fairseq-train's own launch for DDP on GPUs; on CPU devices
+    torchrun with gloo, the cores split over the processes; hybrid groups as one process
+    per group of GPUs (``CUDA_VISIBLE_DEVICES``), meeting at a TCP port."""
+    processes, stages = row["processes"], row["devices_per_process"]
+    kept = without_options(argv, ADVISOR_OPTIONS + REPLACED_OPTIONS + PLACEMENT_OPTIONS)
+    kept += ["--max-tokens", str(row["max_tokens_per_process"])]
+    if row["scheme"] == "ddp_sharded":
+        kept += list(SHARDED_OPTIMIZER or ())
+    cuda = devices[0].type == "cuda"
+    if stages > 1:
+        kept += ["--hybrid-devices", ",".join(["cpu"] * stages if not cuda else map(str, range(stages))),
+                 "--pipeline-chunks", str(row["chunks"])]
+    args = shlex.join(kept)
+    if cuda and stages == 1:
+        return f"fairseq-train {args} --distributed-world-size {processes}"
+    if cuda:
+        first = devices[0].index or 0
+        visible = " ".join(",".join(str(first + r * stages + s) for s in range(stages))
+                           for r in range(processes))
+        return (f"r=0; for gpus in {visible}; do CUDA_VISIBLE_DEVICES=$gpus fairseq-train {args} "
+                f"--distributed-world-size {processes} --distributed-rank $r --distributed-init-method "
+                f"tcp://localhost:{PORT} --distributed-no-spawn & r=$((r + 1)); done; wait")
+    threads = max(1, cores // (processes * stages))
+    return (f"OMP_NUM_THREADS={threads} torchrun --standalone --nproc_per_node {processes} "
+            f"$(which fairseq-train) {args} --distributed-world-size {processes} "
+            "--distributed-backend gloo")
+
+
+SCHEME_TITLES = {"hybrid": "hybrid", "ddp_same_batch": "fairseq DDP",
+                 "ddp_sharded": "DDP + sharded optimizer", "groups": "hybrid groups in DDP"}
+
+
+def scheme_title(row: Dict[str, Any]) -> str:
+    """e.g. ``hybrid groups in DDP (2 x 2 devices)``, ``fairseq DDP (4 processes)``."""
+    shape = (f"{row['processes']} x {row['devices_per_process']} devices" if row["scheme"] == "groups"
+             else f"{row['devices_per_process']} devices" if row["scheme"] == "hybrid"
+             else f"{row['processes']} processes")
+    return f"{SCHEME_TITLES[row['scheme']]} ({shape})"
 
 
 def _tps(value: Optional[float]) -> str:
@@ -145,5 +197,12 @@ def format_report(report: Dict[str, Any]) -> str:
     for item in report["by_devices"]:
         lines.append(f"  {item['devices']:>2}  K={item['chunks']:<2}  {item['predicted_step_s']:.3f} s/step  "
                      f"{item['predicted_tokens_per_s']:>9,.0f} tok/s")
+    if report.get("schemes"):
+        lines += ["", "ways to train the same global batch (predicted):"]
+        for item in report["schemes"]["rows"]:
+            k = f"K={item['chunks']}" if item["chunks"] else ""
+            mark = "  <- fastest" if item["scheme"] == report["schemes"]["fastest"] else ""
+            lines.append(f"  {scheme_title(item):<40} --max-tokens {item['max_tokens_per_process']:<6} "
+                         f"{k:<5} {item['predicted_tokens_per_s']:>9,.0f} tok/s{mark}")
     lines += ["", "train with:", "  " + report["command"]]
     return "\n".join(lines)

@@ -27,7 +27,7 @@ import torch
 from fairseq import options, tasks, utils
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-from .advice_report import REPLICA_LIMIT, command_line, format_report, recommendation_rows
+from .advice_report import REPLICA_LIMIT, command_line, format_report, recommendation_rows, scheme_command
 from ..errors import HybridConfigError
 from ..jsonio import write_json_atomic
 from ..chunking.auto_chunks import probe_chunks
@@ -35,10 +35,10 @@ from ..parallel.placement import Devices
 from ..plugin.placement_options import PlacementOptions, parse_balance, placement_options
 from ..parallel.worker import cpu_threads_per_worker
 from ..planning.measure import measure_model_stage_times
-from ..planning.compare import ddp_step
+from ..planning.compare import SAME_BATCH, SHARDED_OPTIMIZER, compare
 from ..planning.recommend import (
-    Prediction, batch_knee, best_balance, best_chunks, device_knee, memory_limit, replica_knee,
-    with_fitted_cells,
+    Prediction, batch_knee, best_balance, best_chunks, device_knee, memory_limit, predict,
+    replica_knee, with_fitted_cells,
 )
 from ..chunking.wavefront import Link
 from ..planning.sizes import BatchSize, ModelSize
@@ -165,24 +165,40 @@ def time_real_steps(model: Any, criterion: Any, sample: dict, placement: Placeme
     return statistics.median(samples)
 
 
-def compare_with_ddp(model: Any, task: Any, dataset: Any, args: argparse.Namespace,
-                     devices: Devices, threads: int, link: Link, schedule: str, given: int,
-                     given_tokens: int, hybrid: Prediction) -> Dict[str, Any]:
-    """fairseq's data parallelism of the same model over the same devices at the same
-    global batch (each process 1/N of --max-tokens, measured at that batch) against the
-    recommended hybrid configuration, both predicted by the same model."""
-    n = len(devices)
-    share = representative_batch(dataset, max(1, given // n), args)
-    stage = measure_batch(model, task, share, devices[0], threads)
-    ddp = ddp_step(stage, n, link)
-    ddp_tokens_per_s = n * int(share["ntokens"]) / ddp["total"]
-    winner = "hybrid" if hybrid.tokens_per_s >= ddp_tokens_per_s else "ddp"
-    return {"devices": n, "ddp_max_tokens_per_process": max(1, given // n),
-            "ddp_predicted_step_s": round(ddp["total"], 5),
-            "ddp_exposed_allreduce_s": round(ddp["exposed_allreduce"], 5),
-            "ddp_predicted_tokens_per_s": round(ddp_tokens_per_s, 1),
-            "hybrid_predicted_tokens_per_s": round(hybrid.tokens_per_s, 1),
-            "hybrid_tokens_per_step": given_tokens, "faster": winner,
+def compare_schemes(model: Any, task: Any, dataset: Any, args: argparse.Namespace,
+                    devices: Devices, threads: int, link: Link, schedule: str, given: int,
+                    given_tokens: int, stage: StageTimes, hybrid: Prediction) -> Dict[str, Any]:
+    """Every way to train this model on the plan's N devices at the same global batch
+    (``perfmodel.compare``: hybrid, fairseq DDP with and without a sharded optimizer, hybrid
+    groups inside DDP), each from stage times measured here at its per-process batch
+    (--max-tokens over the processes), and the fastest with the command that runs it.
+    The hybrid row is the recommended configuration (its balance and K)."""
+    n, full = len(devices), stage.batch
+    measured: Dict[int, StageTimes] = {}
+
+    def stage_for(batch: BatchSize, chunks: Sequence[int], devices: Sequence[int]) -> StageTimes:
+        if batch.sentences >= full.sentences:
+            return stage
+        share = max(1, round(given * batch.sentences / full.sentences))
+        if share not in measured:
+            measured[share] = measure_batch(model, task, representative_batch(dataset, share, args),
+                                            devices[0], threads)
+        return measured[share]
+
+    rows = compare(stage_for, model.encoder.num_layers, full, [n], sorted(stage.cells), link, schedule)
+    base_tokens_per_s = given_tokens / predict(stage, 1, 1, schedule, link).step_s
+    table = []
+    for name in SAME_BATCH:
+        for row in rows[name]:
+            if row.devices != n or (name == "ddp_sharded" and not SHARDED_OPTIMIZER):
+                continue
+            tokens_per_s = hybrid.tokens_per_s if name == "hybrid" else row.speedup * base_tokens_per_s
+            table.append({"scheme": name, "processes": row.replicas, "devices_per_process": row.stages,
+                          "chunks": hybrid.chunks if name == "hybrid" else row.chunks,
+                          "max_tokens_per_process": max(1, given // row.replicas),
+                          "predicted_tokens_per_s": round(tokens_per_s, 1)})
+    winner = max(table, key=lambda item: item["predicted_tokens_per_s"])  # ties: the first
+    return {"devices": n, "rows": table, "fastest": winner["scheme"],
             "note": "CPU devices: the all-reduce is free in the model (shared memory)"
                     if schedule == "cycle" else f"link {link.bandwidth_bytes_per_s / 1e9:g} GB/s"}
 
@@ -228,8 +244,8 @@ def advise(args: argparse.Namespace, progress=lambda message: None) -> Dict[str,
     replicas = replica_knee(balanced, grad_bytes, args.link_gbps, args.link_latency_us * 1e-6,
                             limit=REPLICA_LIMIT, overlapped=n == 1)
 
-    versus_ddp = compare_with_ddp(model, task, dataset, args, placed, threads, link, schedule,
-                                  given, tokens_of(given), balanced) if n > 1 else None
+    schemes = compare_schemes(model, task, dataset, args, placed, threads, link, schedule, given,
+                              tokens_of(given), stage, balanced) if n > 1 else None
     progress(f"timing {CHECK_STEPS} real steps of the recommendation on {devices}")
     measured_step = time_real_steps(
         model, criterion, samples[given], placement, balanced.chunks,
@@ -253,12 +269,15 @@ def advise(args: argparse.Namespace, progress=lambda message: None) -> Dict[str,
                   "predicted_step_s": round(balanced.step_s, 5),
                   "measured_step_s": round(measured_step, 5),
                   "error": round((balanced.step_s - measured_step) / measured_step, 4)},
-        "versus_ddp": versus_ddp,
+        "schemes": schemes,
     }
     report["recommendations"] = recommendation_rows(
         report, balanced, is_even, knee, throughput, fits, capacity, device_knee(by_devices),
         by_devices, replicas, n)
     report["command"] = command_line(args.advisor_argv, report["recommendations"])
+    if schemes and schemes["fastest"] != "hybrid":
+        winner = next(row for row in schemes["rows"] if row["scheme"] == schemes["fastest"])
+        report["command"] = scheme_command(winner, args.advisor_argv, placed, os.cpu_count() or 1)
     report["elapsed_s"] = round(time.perf_counter() - started, 1)
     report["load_average"] = list(os.getloadavg())
     report["cores"] = os.cpu_count()
