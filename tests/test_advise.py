@@ -128,6 +128,9 @@ def test_each_scheme_has_the_command_that_runs_it():
         "--distributed-init-method tcp://localhost:29500 --distributed-no-spawn & r=$((r + 1)); done; wait")
     assert "--hybrid-devices cpu,cpu --pipeline-chunks 2" in scheme_command(
         row("groups", 2, 2, chunks=2, max_tokens=4000), ARGV, cpus, 16)
+    # the sharded optimizer: DDP with the options that shard it
+    assert scheme_command(row("ddp_sharded", 4, 1), ARGV, gpus, 16) == \
+        f"fairseq-train {KEPT} --max-tokens 2000 --zero-sharding os --distributed-world-size 4"
     assert scheme_title(row("groups", 2, 2)) == "hybrid groups in DDP (2 x 2 devices)"
     assert scheme_title(row("ddp_same_batch", 4, 1)) == "fairseq DDP (4 processes)"
 
