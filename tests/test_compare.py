@@ -1,18 +1,19 @@
-"""perfmodel/compare.py: every way to train on N devices (hybrid, DDP, DDP with a sharded
+"""planning/compare.py: every way to train on N devices (hybrid, DDP, DDP with a sharded
 optimizer, hybrid groups inside DDP), each checked against its definition recomputed here
 from the simulator's own parts, and the pick among them."""
 import math
 
 import pytest
 
-from fairseq_hybrid.perfmodel import compare as compare_module
-from fairseq_hybrid.perfmodel.analytic import stage_times_from_profile
-from fairseq_hybrid.perfmodel.compare import (
+from fairseq_hybrid.planning import compare as compare_module
+from fairseq_hybrid.planning.analytic import stage_times_from_profile
+from fairseq_hybrid.planning.compare import (
     SAME_BATCH, allreduce_seconds, compare_profile, ddp_sharded_step, ddp_step, fastest, group_splits,
 )
-from fairseq_hybrid.perfmodel.profiles import PROFILES
-from fairseq_hybrid.perfmodel.simulate import predict_step
-from fairseq_hybrid.perfmodel.sizes import BatchSize, Link, ModelSize
+from fairseq_hybrid.planning.profiles import PROFILES
+from fairseq_hybrid.planning.step_time import predict_step
+from fairseq_hybrid.chunking.wavefront import Link
+from fairseq_hybrid.planning.sizes import BatchSize, ModelSize
 
 PROFILE = PROFILES["h100-sxm"]
 MODEL, BATCH = ModelSize(4, 64, 64, 1000), BatchSize(64, 12, 12)

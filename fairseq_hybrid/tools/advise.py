@@ -169,7 +169,7 @@ def compare_schemes(model: Any, task: Any, dataset: Any, args: argparse.Namespac
                     devices: Devices, threads: int, link: Link, schedule: str, given: int,
                     given_tokens: int, stage: StageTimes, hybrid: Prediction) -> Dict[str, Any]:
     """Every way to train this model on the plan's N devices at the same global batch
-    (``perfmodel.compare``: hybrid, fairseq DDP with and without a sharded optimizer, hybrid
+    (``planning.compare``: hybrid, fairseq DDP with and without a sharded optimizer, hybrid
     groups inside DDP), each from stage times measured here at its per-process batch
     (--max-tokens over the processes), and the fastest with the command that runs it.
     The hybrid row is the recommended configuration (its balance and K)."""
