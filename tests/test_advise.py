@@ -131,6 +131,8 @@ def test_each_scheme_has_the_command_that_runs_it():
     # the sharded optimizer: DDP with the options that shard it
     assert scheme_command(row("ddp_sharded", 4, 1), ARGV, gpus, 16) == \
         f"fairseq-train {KEPT} --max-tokens 2000 --zero-sharding os --distributed-world-size 4"
+    assert scheme_command(row("ddp_sharded", 4, 1), ARGV + ["--fp16"], gpus, 16).endswith(
+        "--fp16 --max-tokens 2000 --zero-sharding os --fp16-no-flatten-grads --distributed-world-size 4")
     assert scheme_title(row("groups", 2, 2)) == "hybrid groups in DDP (2 x 2 devices)"
     assert scheme_title(row("ddp_same_batch", 4, 1)) == "fairseq DDP (4 processes)"
 

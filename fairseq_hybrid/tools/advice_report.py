@@ -137,6 +137,8 @@ def scheme_command(row: Dict[str, Any], argv: Sequence[str], devices: Sequence[t
     kept += ["--max-tokens", str(row["max_tokens_per_process"])]
     if row["scheme"] == "ddp_sharded":
         kept += list(SHARDED_OPTIMIZER or ())
+        if "--fp16" in kept and "--fp16-no-flatten-grads" not in kept:
+            kept.append("--fp16-no-flatten-grads")  # fairseq shards per-parameter fp32 copies only
     cuda = devices[0].type == "cuda"
     if stages > 1:
         kept += ["--hybrid-devices", ",".join(["cpu"] * stages if not cuda else map(str, range(stages))),
