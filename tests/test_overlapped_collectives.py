@@ -216,8 +216,9 @@ def test_the_collective_worker_keeps_issue_order_and_reports_a_failure():
 def test_the_step_trace_shows_the_collectives_inside_the_pipelines_phases(monkeypatch, capsys):
     """A real traced run on cpu,cpu: in every step the broadcast is issued before the
     pipeline's first forward cell starts and waited for after its last ends, the
-    reduction likewise around the pipeline's backward cells, and each ran before that
-    phase's last cell ended (not at the wait). Ordering facts, no durations."""
+    reduction likewise around the pipeline's backward cells. Ordering facts that hold
+    however the threads are scheduled (that each runs while cells run is shown without
+    the scheduler's say, in ``test_each_collective_runs_while_pipeline_cells_run``)."""
     from benchmarks import step_trace
     from fairseq_hybrid.planning import BatchSize, ModelSize
 
@@ -231,7 +232,6 @@ def test_the_step_trace_shows_the_collectives_inside_the_pipelines_phases(monkey
     monkeypatch.setattr(step_trace, "step_row", keep)
     trace = step_trace.trace_steps(ModelSize(2, 16, 16, 400), BatchSize(16, 9, 9), "cpu,cpu", 3,
                                    steps=2, warm_up=1)
-    ran_inside = {name: 0 for name in step_trace.OVERLAPS}
     for step in records:
         assert sorted(entry.name for entry in step.collectives) == sorted(step_trace.OVERLAPS)
         for entry in step.collectives:
@@ -239,8 +239,6 @@ def test_the_step_trace_shows_the_collectives_inside_the_pipelines_phases(monkey
             first_start, last_end = min(s for s, _ in cells), max(e for _, e in cells)
             assert entry.issued < first_start < last_end < entry.waited, entry
             assert entry.issued <= entry.started <= entry.ended <= entry.waited, entry
-            ran_inside[entry.name] += entry.started < last_end
-    assert all(ran_inside.values()), ran_inside  # in at least one step each
     times = trace["median_s"]
     for name in step_trace.OVERLAPS:
         assert 0 <= times[f"{name} ran while pipeline cells ran"] <= times[f"{name} ran"]

@@ -176,7 +176,7 @@ def compare_schemes(model: Any, task: Any, dataset: Any, args: argparse.Namespac
     n, full = len(devices), stage.batch
     measured: Dict[int, StageTimes] = {}
 
-    def stage_for(batch: BatchSize, chunks: Sequence[int], devices: Sequence[int]) -> StageTimes:
+    def stage_for(batch: BatchSize, chunks: Sequence[int], counts: Sequence[int]) -> StageTimes:
         if batch.sentences >= full.sentences:
             return stage
         share = max(1, round(given * batch.sentences / full.sentences))
