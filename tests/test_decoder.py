@@ -39,3 +39,27 @@ def test_reorder_incremental_state_follows_new_order():
         encoder_out = model.encoder.reorder_encoder_out(encoder_out, order)
         second, _ = model.decoder(prev[order, :2], encoder_out, incremental_state=state)
     torch.testing.assert_close(second[:, 0], full[order, 1], rtol=1e-12, atol=1e-12)
+
+
+def test_each_decoder_layer_starts_from_its_encoder_layers_final_state_bridged_if_sizes_differ():
+    from fairseq_hybrid.model.decoder import HybridLSTMDecoder
+
+    dictionary = make_dictionary()
+    batch = make_batch(dictionary, [(6, 3), (4, 5)])
+    net_input = batch["net_input"]
+    for decoder_hidden, bridged in ((16, False), (14, True)):
+        model = make_model(dictionary, encoder_hidden_size=16, decoder_hidden_size=decoder_hidden).eval()
+        assert isinstance(model.decoder, HybridLSTMDecoder) and model.decoder.has_bridge is bridged
+        with torch.no_grad():
+            encoder_out = model.encoder(net_input["src_tokens"], net_input["src_lengths"])
+            states = model.decoder.initial_states(encoder_out)
+        assert len(states) == model.decoder.num_layers
+        for layer, (h, c) in enumerate(states):
+            hidden, cell = encoder_out["final_hiddens"][layer], encoder_out["final_cells"][layer]
+            if bridged:
+                bridge_h, bridge_c = model.decoder.bridge_hidden, model.decoder.bridge_cell
+                torch.testing.assert_close(h, hidden @ bridge_h.weight.T + bridge_h.bias, rtol=1e-12, atol=1e-12)
+                torch.testing.assert_close(c, cell @ bridge_c.weight.T + bridge_c.bias, rtol=1e-12, atol=1e-12)
+                assert h.shape == (2, 14)
+            else:
+                assert torch.equal(h, hidden) and torch.equal(c, cell)

@@ -24,3 +24,15 @@ def test_optimizer_share_is_the_largest_share_of_parameters_on_one_device():
     assert stage.rest_share((0, 1)) == pytest.approx(0.7)  # device 0: 400 + 300 of 1000
     assert stage.rest_share((1, 1)) == pytest.approx(0.6)  # device 1: 100 + 500
     assert stage.rest_share((0, 0)) == pytest.approx(1.0)
+
+
+def test_host_times_scale_every_task_and_layer_bytes_add_up_per_device():
+    from fairseq_hybrid.planning.stage_times import HostTimes
+
+    host = HostTimes(1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
+    assert host.scaled(0.5) == HostTimes(0.5, 1.0, 1.5, 2.0, 2.5, 3.0)
+    stage = fake_stage(layers=3)
+    stage.param_bytes_layer = (100, 20, 3)
+    # layers 0, 1 on device 1 and layer 2 on device 2: device 0 holds no layer, but is listed
+    assert stage.layer_bytes_per_device((1, 1, 2)) == {0: 0.0, 1: 120.0, 2: 3.0}
+    assert stage.layer_bytes_per_device((0, 0, 0)) == {0: 123.0}
