@@ -2,6 +2,8 @@
 import pytest
 import torch
 
+from fairseq_hybrid.parallel.collective_worker import CollectiveWorker
+from fairseq_hybrid.parallel.head_collectives import HeadGradients
 from fairseq_hybrid.plugin.criterion import HybridCrossEntropyCriterion
 from helpers import make_batch, make_dictionary, make_model, make_task, random_lengths
 
@@ -46,3 +48,41 @@ def criterion_loss(criterion, model):
 
     return TokenLoss(padding_idx=criterion.padding_idx, epsilon=criterion.eps, chunk_tokens=0,
                      features_are_combined=model.decoder.features_are_combined)
+
+
+def test_the_step_reduction_exists_only_where_the_head_trains():
+    from fairseq_hybrid.model.head import AttentionHead
+
+    head = AttentionHead(4, 3, 5, 7, dropout=0.0)
+    assert isinstance(HeadGradients.for_head(head), HeadGradients)
+    with torch.no_grad():
+        assert HeadGradients.for_head(head) is None
+    head.requires_grad_(False)
+    assert HeadGradients.for_head(head) is None
+
+
+def test_the_gate_hands_the_issued_sums_to_the_parameters_once():
+    """One reduction per step reaches the gate: issued once (a second issue, or one after
+    the gate ran, is the caller's to reduce on the spot); the gate passes the source's
+    gradient through and returns the sums as the parameters' gradients."""
+    params = [torch.zeros(2, requires_grad=True), torch.zeros(3, requires_grad=True)]
+    collectives = CollectiveWorker([torch.device("cpu")], inline=True)
+    gradients = HeadGradients(params)
+    source = torch.ones(4, requires_grad=True)
+    out = gradients.gate(source)
+    sums = [torch.full((2,), 2.0), torch.full((3,), 5.0)]
+    assert gradients.issue(lambda: sums, collectives, [0], [0])
+    assert not gradients.issue(lambda: pytest.fail("issued twice"), collectives, [0], [0])
+    (3 * out).sum().backward()
+    assert torch.equal(source.grad, torch.full((4,), 3.0))
+    assert torch.equal(params[0].grad, sums[0]) and torch.equal(params[1].grad, sums[1])
+    assert not gradients.issue(lambda: sums, collectives, [0], [0])  # the gate has run
+    assert gradients.take() is None
+
+
+def test_a_gate_with_nothing_issued_leaves_the_parameters_alone():
+    params = [torch.zeros(2, requires_grad=True)]
+    gradients = HeadGradients(params)
+    source = torch.ones(3, requires_grad=True)
+    gradients.gate(source).sum().backward()
+    assert torch.equal(source.grad, torch.ones(3)) and params[0].grad is None
