@@ -1,4 +1,5 @@
-"""Small models and batches built the way fairseq builds them (dictionary, collater)."""
+"""Small models and batches built the way fairseq builds them (dictionary, collater), and
+hand-made stage times and device profiles for the performance model's tests."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -10,6 +11,12 @@ from fairseq.data import Dictionary, LanguagePairDataset
 import fairseq_hybrid  # noqa: F401  (registers the model and criterion)
 from fairseq_hybrid.plugin.config import HybridLSTMConfig
 from fairseq_hybrid.plugin.hybrid_lstm import HybridLSTMModel
+from fairseq_hybrid.chunking.chunk_choice import LinearCost
+from fairseq_hybrid.chunking.wavefront import CellTimes, Link
+from fairseq_hybrid.planning.lstm_published import SaturatingCurve
+from fairseq_hybrid.planning.profiles import DeviceProfile, LstmCurves
+from fairseq_hybrid.planning.sizes import BatchSize, ModelSize
+from fairseq_hybrid.planning.stage_times import StageTimes
 from fairseq_hybrid.plugin.placement_options import placement_options
 
 
@@ -105,3 +112,40 @@ def setup(dtype, seed, sentences=9, **model_options):
     batch = make_batch(dictionary, random_lengths(sentences, seed=seed, max_len=12), seed=seed)
     batch["ntokens"] = int(batch["target"].ne(dictionary.pad()).sum())
     return dictionary, make_task(dictionary), model, batch
+
+
+# ---- hand-made timings for the performance model (chunking/, planning/)
+ENC, DEC = "encoder", "decoder"
+
+
+def uniform(t, layers, source_chunks, target_chunks=0):
+    times = {(ENC, layer, k): t for layer in range(layers) for k in range(source_chunks)}
+    times.update({(DEC, layer, k): t for layer in range(layers) for k in range(target_chunks)})
+    return times
+
+
+def fake_stage(layers=2, chunk_counts=(1, 2), sentences=8, cell=0.01):
+    cells = {}
+    for k in chunk_counts:
+        times = uniform(cell / k, layers, k, k)
+        cells[k] = CellTimes(k, k, k, layers, dict(times), {key: 2 * t for key, t in times.items()},
+                             {key: 4096 for key in times}, 512)
+    head_f = {s: 0.001 * s for s in (sentences // 2, sentences // 4, sentences)}
+    return StageTimes(
+        ModelSize(layers, 16, 16, 50), BatchSize(sentences, 5, 5), 1, 1, cells, 0.002, 0.001,
+        head_f, {s: 2 * v for s, v in head_f.items()}, 10_000, 320, 0.003, {1: 1e-5, 2: 2e-5},
+    )
+
+
+# round numbers: forward half rate at 10 sentences, training (3x the FLOPs) at 20
+FORWARD, TRAINING = SaturatingCurve(1e11, 10, "flat forward"), SaturatingCurve(1.5e11, 20, "flat training")
+FLAT = DeviceProfile("flat", "round numbers", gemm_flops=1e12,
+                     lstm=(LstmCurves(5, FORWARD, TRAINING),), memory_bytes_per_s=1e9,
+                     link=Link(1e9, 1e-6), cell_overhead_s=1e-3, kernel_overhead_s=0.0)
+
+
+def uniform_costs(layers: int, overhead: float, per_step: float, backward_factor: float = 2.0):
+    return {(side, layer, direction): LinearCost(overhead * (backward_factor if direction == "backward" else 1),
+                                                 per_step * (backward_factor if direction == "backward" else 1))
+            for side in ("encoder", "decoder") for layer in range(layers)
+            for direction in ("forward", "backward")}

@@ -1,43 +1,12 @@
-"""Queued dropout masks (fairseq_hybrid/model/dropout.py: MaskQueue): drawn in the order
-they were queued whoever asks first, and in the engine drawn while the pipeline's workers
-run — only what the first clock cycle needs is drawn before it is handed out."""
-import pytest
+"""Queued dropout masks in the engine: drawn while the pipeline's workers run — only what
+the first clock cycle needs is drawn before it is handed out (the queue itself:
+tests/test_dropout.py)."""
 import torch
 
-from fairseq_hybrid.model.dropout import MaskQueue, resolve
+from fairseq_hybrid.model.dropout import MaskQueue
 from fairseq_hybrid.parallel.worker import DeviceWorkers
 from fairseq_hybrid.plugin.criterion import HybridCrossEntropyCriterion
 from helpers import setup, use_devices
-
-
-def test_masks_are_drawn_in_queue_order_whoever_asks_first():
-    queue, order = MaskQueue(), []
-
-    def draw(name):
-        def run():
-            order.append(name)
-            return torch.full((1,), float(len(order)))
-        return run
-
-    first, second, third = (queue.add(draw(name)) for name in ("a", "b", "c"))
-    assert float(resolve(third)) == 3.0 and order == ["a", "b", "c"]
-    assert float(resolve(first)) == 1.0 and float(resolve(second)) == 2.0  # drawn once
-    assert order == ["a", "b", "c"] and not queue.draw_next()
-    assert resolve(None) is None and float(resolve(torch.ones(1))) == 1.0
-
-
-def test_a_mask_whose_draw_failed_raises_instead_of_waiting_forever():
-    queue = MaskQueue()
-
-    def fail():
-        raise MemoryError("no room for the mask")
-
-    broken, after = queue.add(fail), queue.add(lambda: torch.zeros(1))
-    with pytest.raises(MemoryError):
-        resolve(after)
-    with pytest.raises(RuntimeError, match="never drawn"):
-        resolve(broken)
-    assert float(resolve(after)) == 0.0
 
 
 def test_the_engine_draws_masks_while_the_pipeline_runs(monkeypatch):

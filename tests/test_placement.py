@@ -11,7 +11,6 @@ import torch
 from fairseq_hybrid.parallel.placement import (
     AUTO, build_plan, default_device, devices_of, plan_for, resolved_chunks, shard_bounds,
 )
-from fairseq_hybrid.parallel.split import even_sizes, spans
 from fairseq_hybrid.plugin.placement_options import PlacementOptions
 
 CPU = torch.device("cpu")
@@ -76,11 +75,6 @@ def test_parallel_names_no_command_line_option():
     found = [f"{path.name}:{number}" for path in sorted(PARALLEL.glob("*.py"))
              for number, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
     assert found == []
-
-
-def test_the_even_split_is_contiguous_and_near_equal():
-    assert even_sizes(7, 3) == [3, 2, 2] and even_sizes(2, 4) == [1, 1, 0, 0]
-    assert spans([3, 2, 0, 2]) == [(0, 3), (3, 5), (5, 5), (5, 7)]
 
 
 def test_shards_cover_every_sentence_once():

@@ -4,7 +4,7 @@ records per (source, destination, phase) equals what the model charges, route by
 import pytest
 import torch
 
-from fairseq_hybrid.parallel.transfer import PHASES, TransferLedger, Transfers
+from fairseq_hybrid.parallel.transfer import PHASES
 from fairseq_hybrid.planning.traffic import StepShapes, step_traffic
 from fairseq_hybrid.plugin.criterion import HybridCrossEntropyCriterion
 from helpers import make_batch, make_dictionary, make_model, make_task, random_lengths
@@ -74,16 +74,3 @@ def test_one_device_moves_nothing_and_the_unsplit_head_only_takes_the_targets():
         shapes = shapes_of(model, batch, dictionary)
         assert recorded == step_traffic(plan.layer_device, plan.num_devices, shapes, split_head=split)
         assert by_phase(recorded) == expected_phases
-
-
-def test_the_ledger_counts_by_index_and_a_move_counts_its_gradient_back():
-    ledger = TransferLedger()
-    move = Transfers([torch.device("cpu")] * 3, ledger)
-    x = torch.ones(4, 5, requires_grad=True)
-    y = move.differentiable(x, 2, 0, "head_forward", "head_backward")
-    assert move.to(x, 1, 1, "head_forward") is x  # same index: no record
-    (y * 3).sum().backward()
-    assert torch.equal(x.grad, torch.full((4, 5), 3.0))
-    assert ledger.snapshot() == {(2, 0, "head_forward"): 80, (0, 2, "head_backward"): 80}
-    with pytest.raises(ValueError, match="phase 'elsewhere'"):
-        ledger.record(0, 1, "elsewhere", 1)

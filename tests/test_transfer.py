@@ -1,14 +1,9 @@
-"""The head's two collectives (parallel/transfer.py ``broadcast``, ``reduce_add``) and when
-the replicas are refreshed (parallel/head_shards.py ``HeadReplicas``): values, the ledger's
-routes, one coalesced ``torch.nn.parallel.comm`` call where the devices are distinct GPUs (here
-stood in for by CPU functions: no GPU on this machine), and the refresh at the step's start."""
+"""Tests of fairseq_hybrid/parallel/transfer.py."""
 import pytest
 import torch
 
 from fairseq_hybrid.parallel import transfer
-from fairseq_hybrid.parallel.transfer import Transfers
-from fairseq_hybrid.plugin.criterion import HybridCrossEntropyCriterion
-from helpers import make_batch, make_dictionary, make_model, make_task, random_lengths
+from fairseq_hybrid.parallel.transfer import TransferLedger, Transfers
 
 CPU = torch.device("cpu")
 
@@ -74,43 +69,14 @@ def test_a_repeated_gpu_or_a_missing_gradient_is_not_one_collective(monkeypatch)
     assert calls == [] and torch.equal(sums[0], torch.ones(2))
 
 
-@pytest.mark.parametrize("devices", [2, 3])
-def test_the_replicas_are_refreshed_once_at_the_start_of_each_step(devices):
-    dictionary = make_dictionary()
-    model = make_model(dictionary, dtype=torch.float32, encoder_layers=3, decoder_layers=3).train()
-    batch = make_batch(dictionary, random_lengths(6, seed=2), seed=2)
-    batch["ntokens"] = int(batch["target"].ne(dictionary.pad()).sum())
-    criterion = HybridCrossEntropyCriterion(make_task(dictionary), False, 0.1)
-    model.runtime.configure(devices=(torch.device("cpu"),) * devices, chunks=2)
-    net = batch["net_input"]
-    try:
-        engine = model.runtime.engine
-        root = engine.plan.head_device  # the master head: with the top layers
-        assert root == devices - 1 and next(model.decoder.head.parameters()).device == engine.plan.head_master
-        params = sum(p.numel() * 4 for p in model.decoder.head.parameters())
-        engine.ledger.clear()
-        model(**net, features_only=True, hybrid=True)  # the step's model-parallel part
-        copied = {route: n for route, n in engine.ledger.snapshot().items() if route[2] == "head_params"}
-        assert copied == {(root, i, "head_params"): params for i in range(devices - 1)}
-        loss, _, _ = criterion(model, batch)  # a whole step: one refresh, not two
-        loss.backward()
-        assert engine.ledger.snapshot()[(root, 0, "head_params")] == 2 * params
-        # a head run without the model-parallel part first refreshes on its own
-        features, extra = model(**net, features_only=True, hybrid=True)
-        engine.head_replicas._fresh = ()
-        engine.ledger.clear()
-        target = model.get_targets(batch, None)
-        model.runtime.head_loss(features, extra["encoder_out"], target, criterion_loss(criterion, model))
-        assert engine.ledger.snapshot()[(root, 0, "head_params")] == params
-        replica = engine.head_replicas._replicas[0]
-        for mine, master in zip(replica.parameters(), model.decoder.head.parameters()):
-            assert torch.equal(mine, master)
-    finally:
-        model.runtime.close()
-
-
-def criterion_loss(criterion, model):
-    from fairseq_hybrid.model.loss import TokenLoss
-
-    return TokenLoss(padding_idx=criterion.padding_idx, epsilon=criterion.eps, chunk_tokens=0,
-                     features_are_combined=model.decoder.features_are_combined)
+def test_the_ledger_counts_by_index_and_a_move_counts_its_gradient_back():
+    ledger = TransferLedger()
+    move = Transfers([torch.device("cpu")] * 3, ledger)
+    x = torch.ones(4, 5, requires_grad=True)
+    y = move.differentiable(x, 2, 0, "head_forward", "head_backward")
+    assert move.to(x, 1, 1, "head_forward") is x  # same index: no record
+    (y * 3).sum().backward()
+    assert torch.equal(x.grad, torch.full((4, 5), 3.0))
+    assert ledger.snapshot() == {(2, 0, "head_forward"): 80, (0, 2, "head_backward"): 80}
+    with pytest.raises(ValueError, match="phase 'elsewhere'"):
+        ledger.record(0, 1, "elsewhere", 1)
