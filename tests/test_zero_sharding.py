@@ -3,6 +3,7 @@
 the optimizer state make the updates of 2 processes that keep all of it, resumed from a
 sharded checkpoint too, for hybrid_lstm (``torch_adam``) and fairseq's own lstm (fairseq's
 Python Adam)."""
+import logging
 import re
 
 import pytest
@@ -80,8 +81,15 @@ def test_one_process_keeps_the_whole_state_and_the_wrapper_answers_what_fairseqs
     params = [torch.nn.Parameter(torch.ones(3))]
     plain = FairseqLike(torch.optim.AdamW(params, lr=0.1))
     before = plain.optimizer
-    with caplog.at_level("INFO"):
-        shard_with_torch(plain, None)  # torch.distributed is not initialised in this process
+    # the module's own logger, handed caplog's handler directly: an earlier test in this
+    # process (fairseq's CLI mains configure logging) may have stopped it propagating
+    module_logger = logging.getLogger("fairseq_hybrid.plugin.sharded_optimizer")
+    module_logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level("INFO", logger=module_logger.name):
+            shard_with_torch(plain, None)  # torch.distributed is not initialised in this process
+    finally:
+        module_logger.removeHandler(caplog.handler)
     assert plain.optimizer is before
     assert "one data-parallel process, nothing to share" in caplog.text
 
