@@ -173,7 +173,8 @@ def test_advise_cli_on_the_sample(sample_data, tmp_path):
     assert names[:2] == ["hybrid", "ddp_same_batch"] and "groups" not in names  # 2 devices: no groups
     ddp = schemes["rows"][1]
     assert (ddp["processes"], ddp["devices_per_process"], ddp["max_tokens_per_process"]) == (2, 1, 200)
-    winner = max(schemes["rows"], key=lambda item: item["predicted_tokens_per_s"])
+    best = max(item["predicted_tokens_per_s"] for item in schemes["rows"])
+    winner = next(item for item in schemes["rows"] if item["predicted_tokens_per_s"] * 1.02 >= best)
     assert schemes["fastest"] == winner["scheme"]
     row = next(r for r in report["recommendations"] if r["setting"] == "parallelism")
     assert row["tokens_per_s"] == winner["predicted_tokens_per_s"]

@@ -57,14 +57,24 @@ def test_a_group_is_a_hybrid_at_its_share_of_the_batch_plus_an_all_reduce_after_
 def test_the_pick_is_the_fastest_scheme_that_runs_at_the_users_batch(monkeypatch):
     rows = compare_profile(PROFILE, ModelSize(4, 1000, 1000, 32000), BatchSize(250, 32, 32),
                            [2, 4, 8], [1, 2, 4, 8])
+    def pick(runnable):  # the first in SAME_BATCH's order within 2% of the fastest
+        best = max(runnable.values())
+        return next(name for name in SAME_BATCH if runnable.get(name, 0) * 1.02 >= best)
+
     for n in (2, 4, 8):
         monkeypatch.setattr(compare_module, "SHARDED_OPTIMIZER", None)
         runnable = {name: p.speedup for name in SAME_BATCH if name != "ddp_sharded"
                     for p in rows[name] if p.devices == n}
-        assert fastest(rows, n) == max(runnable, key=runnable.get)
+        assert fastest(rows, n) == pick(runnable)
         assert "hybrid" in runnable or n > 4  # 8 devices: no hybrid over 4 layers
         monkeypatch.setattr(compare_module, "SHARDED_OPTIMIZER", ("--zero-sharding", "os"))
         runnable.update({"ddp_sharded": p.speedup for p in rows["ddp_sharded"] if p.devices == n})
-        assert fastest(rows, n) == max(runnable, key=runnable.get)
+        assert fastest(rows, n) == pick(runnable)
         # DDP at N x the batch trains another batch: only when asked
         assert fastest(rows, n, same_batch=False) == "ddp_n_batch"
+    # a near tie goes to the simpler scheme
+    near = {"hybrid": [compare_module.SchemePrediction(2, 1.0, 8, 1.0, 1, stages=2)],
+            "ddp_same_batch": [compare_module.SchemePrediction(2, 1.0, 8, 1.015, replicas=2)]}
+    assert fastest(near, 2) == "hybrid"
+    near["ddp_same_batch"] = [compare_module.SchemePrediction(2, 1.0, 8, 1.03, replicas=2)]
+    assert fastest(near, 2) == "ddp_same_batch"

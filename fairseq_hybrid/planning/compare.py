@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from ..chunking.chunk_choice import simplest_within
 from .analytic import stage_times_from_profile
 from .profiles import DeviceProfile, with_link
 from ..chunking.wavefront import Link
@@ -184,9 +185,9 @@ def compare_profile(profile: DeviceProfile, model: ModelSize, batch: BatchSize,
 
 def fastest(rows: Dict[str, List[SchemePrediction]], devices: int, same_batch: bool = True) -> str:
     """The scheme predicted fastest on ``devices`` devices among those that train the same
-    global batch (also DDP at N x the batch unless ``same_batch``); a tie goes to the
-    simpler, earlier one in ``SAME_BATCH``."""
+    global batch (also DDP at N x the batch unless ``same_batch``); one within
+    ``TIE_TOLERANCE`` of it that comes earlier in ``SAME_BATCH`` (simpler to run) wins."""
     names = [name for name in SAME_BATCH if name != "ddp_sharded" or SHARDED_OPTIMIZER]
     names += [] if same_batch else ["ddp_n_batch"]
     best = {name: p.speedup for name in names for p in rows.get(name, []) if p.devices == devices}
-    return max(best, key=best.get)
+    return simplest_within(list(best), lambda name: 1 / best[name])  # seconds per token

@@ -31,6 +31,7 @@ from .advice_report import REPLICA_LIMIT, command_line, format_report, recommend
 from ..errors import HybridConfigError
 from ..jsonio import write_json_atomic
 from ..chunking.auto_chunks import probe_chunks
+from ..chunking.chunk_choice import simplest_within
 from ..parallel.placement import Devices
 from ..plugin.placement_options import PlacementOptions, parse_balance, placement_options
 from ..parallel.worker import cpu_threads_per_worker
@@ -197,7 +198,8 @@ def compare_schemes(model: Any, task: Any, dataset: Any, args: argparse.Namespac
                           "chunks": hybrid.chunks if name == "hybrid" else row.chunks,
                           "max_tokens_per_process": max(1, given // row.replicas),
                           "predicted_tokens_per_s": round(tokens_per_s, 1)})
-    winner = max(table, key=lambda item: item["predicted_tokens_per_s"])  # ties: the first
+    # within the tie tolerance of the fastest, the simpler (earlier) scheme
+    winner = simplest_within(table, lambda item: 1 / item["predicted_tokens_per_s"])
     return {"devices": n, "rows": table, "fastest": winner["scheme"],
             "note": "CPU devices: the all-reduce is free in the model (shared memory)"
                     if schedule == "cycle" else f"link {link.bandwidth_bytes_per_s / 1e9:g} GB/s"}
