@@ -149,3 +149,20 @@ def uniform_costs(layers: int, overhead: float, per_step: float, backward_factor
                                                  per_step * (backward_factor if direction == "backward" else 1))
             for side in ("encoder", "decoder") for layer in range(layers)
             for direction in ("forward", "backward")}
+
+
+def traced_steps(monkeypatch, size, batch, devices="cpu,cpu", chunks=3):
+    """``benchmarks.step_trace`` of two steps (after one warm-up) of ``size`` on ``batch``:
+    its report and each step's record as the tracer kept it."""
+    from benchmarks import step_trace
+
+    records = []
+    real_row = step_trace.step_row
+
+    def keep(step, seconds, update, workers):
+        records.append(step)
+        return real_row(step, seconds, update, workers)
+
+    monkeypatch.setattr(step_trace, "step_row", keep)
+    trace = step_trace.trace_steps(size, batch, devices, chunks, steps=2, warm_up=1)
+    return trace, records

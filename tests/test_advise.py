@@ -2,6 +2,7 @@
 times, so the answers are deterministic), its command line, its JSON, and one run of
 ``python -m fairseq_hybrid.tools.advise`` on the bundled sample."""
 import json
+import re
 import subprocess
 
 import pytest
@@ -163,7 +164,7 @@ def test_advise_cli_on_the_sample(sample_data, tmp_path):
     assert settings[:2] == ["--pipeline-chunks", "--hybrid-balance"]
     assert "data-parallel replicas (machines)" in settings
     chunks = report["recommendations"][0]["value"]
-    assert f"--pipeline-chunks {chunks}" in proc.stdout  # the recommendation row
+    assert re.search(rf"^--pipeline-chunks +{chunks} ", proc.stdout, re.M)  # the recommendation row
     assert "--link-gbps" not in report["command"]
     assert report["command"] in proc.stdout and "--pipeline-chunks" in proc.stdout
     assert [item["max_tokens"] for item in report["sweep"]] == sorted(item["max_tokens"] for item in report["sweep"])

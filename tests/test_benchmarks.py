@@ -15,7 +15,7 @@ from benchmarks.fairseq_runs import interval_speed
 from benchmarks.flops import ModelShape, decoder_flops_per_token, encoder_flops_per_token, \
     training_flops_per_target_token
 from fairseq_hybrid.plugin.criterion import HybridCrossEntropyCriterion
-from helpers import make_batch, make_dictionary, make_model, make_task
+from helpers import make_batch, make_dictionary, make_model, make_task, traced_steps
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = dict(encoder_embed_dim=12, encoder_hidden_size=16, decoder_embed_dim=12,
@@ -182,16 +182,7 @@ def test_step_trace_splits_a_two_device_step_into_its_phases(monkeypatch, capsys
     from benchmarks import step_trace
     from fairseq_hybrid.planning import BatchSize, ModelSize
 
-    records = []
-    real_row = step_trace.step_row
-
-    def keep(step, seconds, update, workers):
-        records.append(step)
-        return real_row(step, seconds, update, workers)
-
-    monkeypatch.setattr(step_trace, "step_row", keep)
-    trace = step_trace.trace_steps(ModelSize(2, 8, 8, 40), BatchSize(6, 7, 5), "cpu,cpu", 3,
-                                   steps=2, warm_up=1)
+    trace, records = traced_steps(monkeypatch, ModelSize(2, 8, 8, 40), BatchSize(6, 7, 5))
     counts = {phase: sum(1 for _, p, _, _ in records[0].tasks if p == phase) for phase in step_trace.PHASES}
     assert counts == {"pipeline forward": 12, "head forward": 2, "head backward": 2,
                       "pipeline backward": 12}
@@ -199,7 +190,7 @@ def test_step_trace_splits_a_two_device_step_into_its_phases(monkeypatch, capsys
     for phase in step_trace.PHASES:
         for worker in (0, 1):
             assert 0 < times[f"{phase} busy w{worker}"] <= times[f"{phase} wall"] * 1.01 + 1e-4
-    row = real_row(records[0], 1.0, 0.1, 2)
+    row = step_trace.step_row(records[0], 1.0, 0.1, 2)
     walls = sum(row[f"{phase} wall"] for phase in step_trace.PHASES)
     assert row["serial (outside the workers' phases, without the update)"] == pytest.approx(1.0 - walls - 0.1)
     with pytest.raises(SystemExit):

@@ -13,7 +13,7 @@ from fairseq_hybrid.parallel.collective_worker import CollectiveWorker
 from fairseq_hybrid.parallel.head_collectives import HeadGradients
 from fairseq_hybrid.parallel.worker import WorkerError
 from fairseq_hybrid.plugin.criterion import HybridCrossEntropyCriterion
-from helpers import make_batch, make_dictionary, make_model, make_task, random_lengths, use_devices
+from helpers import make_batch, make_dictionary, make_model, make_task, random_lengths, traced_steps, use_devices
 
 CPU = torch.device("cpu")
 
@@ -222,16 +222,7 @@ def test_the_step_trace_shows_the_collectives_inside_the_pipelines_phases(monkey
     from benchmarks import step_trace
     from fairseq_hybrid.planning import BatchSize, ModelSize
 
-    records = []
-    real_row = step_trace.step_row
-
-    def keep(step, seconds, update, workers):
-        records.append(step)
-        return real_row(step, seconds, update, workers)
-
-    monkeypatch.setattr(step_trace, "step_row", keep)
-    trace = step_trace.trace_steps(ModelSize(2, 16, 16, 400), BatchSize(16, 9, 9), "cpu,cpu", 3,
-                                   steps=2, warm_up=1)
+    trace, records = traced_steps(monkeypatch, ModelSize(2, 16, 16, 400), BatchSize(16, 9, 9))
     for step in records:
         assert sorted(entry.name for entry in step.collectives) == sorted(step_trace.OVERLAPS)
         for entry in step.collectives:
