@@ -69,14 +69,13 @@ class HeadReplicas:
             self.refresh(head, workers)
         pending, self._pending, self._fresh = self._pending, None, ()
         values = pending.wait()
-        params = list(head.named_parameters())
+        params = list(head.parameters())
         for worker in workers:
             replica = self._replicas.get(worker)
             if replica is None:
                 replica = self._replicas[worker] = copy.deepcopy(head)
-            own = dict(replica.named_parameters())
-            for (name, param), value in zip(params, values[worker]):
-                target = own[name]
+            # a deep copy lists its parameters in the head's order: no lookup by name
+            for param, target, value in zip(params, replica.parameters(), values[worker]):
                 target.data = value
                 target.requires_grad_(param.requires_grad)
                 target.grad = None
