@@ -11,7 +11,8 @@ import torch
 from fairseq.optim.adam import Adam as FairseqPythonAdam
 
 from cli import model_args, run_ranks, train_args, train_losses
-from fairseq_hybrid.plugin.sharded_optimizer import FairseqZeroRedundancyOptimizer, shard_with_torch
+from fairseq_hybrid.plugin.sharded_optimizer import shard_with_torch
+from fairseq_hybrid.plugin.zero_redundancy import FairseqZeroRedundancyOptimizer
 
 # float32 on the CPU: each process runs the same per-tensor Adam arithmetic on its share as
 # the unsharded run does on every tensor, and the broadcast copies the values; measured
