@@ -167,3 +167,24 @@ def train_in_process(args: List[str], monkeypatch) -> Exception:
     with pytest.raises(HybridConfigError) as raised:
         train.cli_main()
     return raised.value
+
+
+def generate_error_in_process(args: List[str], monkeypatch) -> str:
+    """The one line ``fairseq-generate args`` stops with, run in this process (like
+    ``train_error_in_process``): for errors of its option checks and of the checkpoint it
+    loads. A test module that uses it names the subprocess test that checks how the real
+    command prints the same kind of error (one line, exit 1, no traceback)."""
+    from fairseq_cli import generate
+
+    from fairseq_hybrid.errors import hybrid_error_in
+
+    monkeypatch.setattr(sys, "argv", ["fairseq-generate", *args])
+    try:
+        generate.cli_main()
+    except SystemExit as stopped:
+        return str(stopped.code)
+    except Exception as error:  # noqa: BLE001 - the command line prints it as one line
+        line = hybrid_error_in(error)
+        assert line is not None, f"not a one-line error: {error!r}"
+        return str(line)
+    raise AssertionError(f"fairseq-generate {' '.join(args)} did not fail")

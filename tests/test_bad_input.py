@@ -1,12 +1,19 @@
 """Bad input to fairseq's CLIs with the plugin: one clear line naming the bad value, exit
-status != 0, and no checkpoint or output file written."""
+status != 0, and no checkpoint or output file written.
+
+Each kind of error goes through the real command once here (its one line is the last line
+on stderr, no traceback): a checkpoint fairseq-generate cannot read
+(test_generate_with_a_file_that_is_not_a_checkpoint[truncated]) and one fairseq-train cannot
+(test_restore_file_that_is_truncated_writes_nothing); the other cases of the same checks run
+in this process (``cli.train_error_in_process``, ``cli.generate_error_in_process``)."""
 import os
 import shutil
 
 import pytest
 
-from cli import (USER_DIR, hypotheses, model_args, prepared_sample, preprocess, run_tool,
-                 train_error_in_process, write_sample_subset)
+from fairseq_hybrid.plugin import save_dir_lock
+from cli import (USER_DIR, generate_error_in_process, hypotheses, model_args, prepared_sample, preprocess,
+                 run_tool, train_error_in_process, write_sample_subset)
 from cli import train_args as shared_train_args
 
 pytestmark = pytest.mark.slow  # end to end through fairseq's CLIs: make test runs it, -m "not slow" skips it
@@ -22,7 +29,6 @@ def train_args(data_dir, save_dir, *extra):
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("bad-input")
     prepared_sample(root / "a", train=200, valid=20, test=10)
-    prepared_sample(root / "b", train=60, valid=20, test=10)  # another dictionary
     run_tool("fairseq-train", train_args(root / "a" / "bin", root / "ckpt"), cwd=root)
     checkpoint = root / "ckpt" / "checkpoint_last.pt"
     truncated = root / "truncated.pt"
@@ -41,22 +47,32 @@ def assert_one_line_error(proc, *fragments):
     assert "Traceback" not in proc.stderr
 
 
-def generate(root, data, path):
-    return run_tool("fairseq-generate", [
-        str(data), "--user-dir", USER_DIR, "--path", str(path), "--beam", "2",
-        "--gen-subset", "test", "--required-batch-size-multiple", "1",
-    ], cwd=root, check=False)
+def assert_error_line(line, *fragments):
+    """``assert_one_line_error`` for the line a run in this process stopped with."""
+    assert line.startswith("fairseq_hybrid: error: ") and "\n" not in line, line
+    for fragment in fragments:
+        assert fragment in line, line
+
+
+def generate_args(data, path):
+    return [str(data), "--user-dir", USER_DIR, "--path", str(path), "--beam", "2",
+            "--gen-subset", "test", "--required-batch-size-multiple", "1"]
 
 
 @pytest.mark.parametrize("which", ["truncated", "text"])
-def test_generate_with_a_file_that_is_not_a_checkpoint(setup, which):
+def test_generate_with_a_file_that_is_not_a_checkpoint(setup, monkeypatch, which):
+    """The truncated file through the real command, the text file in this process."""
     root, _, truncated, text = setup
-    path = truncated if which == "truncated" else text
-    proc = generate(root, root / "a" / "bin", path)
-    assert_one_line_error(proc, repr(str(path)), "is not a readable fairseq checkpoint")
+    if which == "truncated":
+        proc = run_tool("fairseq-generate", generate_args(root / "a" / "bin", truncated), cwd=root, check=False)
+        assert_one_line_error(proc, repr(str(truncated)), "is not a readable fairseq checkpoint")
+    else:
+        monkeypatch.chdir(root)
+        line = generate_error_in_process(generate_args(root / "a" / "bin", text), monkeypatch)
+        assert_error_line(line, repr(str(text)), "is not a readable fairseq checkpoint")
 
 
-def test_restore_file_that_is_truncated_writes_nothing(setup, tmp_path):
+def test_restore_file_that_is_truncated_writes_nothing(setup, tmp_path, monkeypatch):
     root, _, truncated, _ = setup
     save = tmp_path / "save"
     proc = run_tool("fairseq-train", train_args(root / "a" / "bin", save, "--restore-file", str(truncated)),
@@ -68,29 +84,39 @@ def test_restore_file_that_is_truncated_writes_nothing(setup, tmp_path):
     older = save / "checkpoint_older.pt"
     os.replace(save / "checkpoint_last.pt", older)
     (save / "checkpoint_last.pt").write_bytes(truncated.read_bytes())
-    proc = run_tool("fairseq-train", train_args(root / "a" / "bin", save), cwd=root, check=False)
-    assert_one_line_error(proc, "checkpoint_last.pt' is not a readable fairseq checkpoint", "; delete it (the "
-                          "training then starts over), or resume from an older checkpoint with --restore-file ")
+    monkeypatch.chdir(root)  # the same check as above: in this process
+    line = train_error_in_process(train_args(root / "a" / "bin", save), monkeypatch)
+    assert_error_line(line, "checkpoint_last.pt' is not a readable fairseq checkpoint", "; delete it (the "
+                      "training then starts over), or resume from an older checkpoint with --restore-file ")
 
 
-def test_checkpoint_with_another_dictionary(setup):
+def test_checkpoint_with_another_dictionary(setup, sample_data, monkeypatch):
+    """The suite's shared corpus (conftest.sample_data: 400 pairs, not the checkpoint's 200)
+    has another dictionary."""
     root, checkpoint, _, _ = setup
-    proc = generate(root, root / "b" / "bin", checkpoint)
-    assert_one_line_error(proc, "the checkpoint's dictionary has ", "embed_tokens.weight",
-                          "was the data binarized with another dictionary?")
+    monkeypatch.chdir(root)
+    line = generate_error_in_process(generate_args(sample_data / "bin", checkpoint), monkeypatch)
+    assert_error_line(line, "the checkpoint's dictionary has ", "embed_tokens.weight",
+                      "was the data binarized with another dictionary?")
 
 
-def test_checkpoint_of_another_shape_as_restore_file(setup, tmp_path):
+def test_checkpoint_of_another_shape_as_restore_file(setup, tmp_path, monkeypatch):
+    """fairseq wraps this error in its own ("Cannot load model parameters from checkpoint");
+    the real command's one line for that: test_reliability.
+    test_the_command_line_prints_one_line_also_when_fairseq_rewraps_it."""
     root, checkpoint, _, _ = setup
     save = tmp_path / "save"
     save.mkdir()
     shutil.copy(checkpoint, save / "checkpoint_last.pt")
     before = (save / "checkpoint_last.pt").read_bytes()
-    proc = run_tool("fairseq-train", train_args(root / "a" / "bin", save, "--encoder-layers", "3",
-                                                "--decoder-layers", "3"), cwd=root, check=False)
-    assert_one_line_error(proc, "trained with other model options than this run's: --encoder-layers 2 "
-                                "(this run: 3), --decoder-layers 2 (this run: 3)")
-    assert sorted(p.name for p in save.iterdir()) == ["checkpoint_last.pt"]
+    monkeypatch.chdir(root)
+    line = train_error_in_process(train_args(root / "a" / "bin", save, "--encoder-layers", "3",
+                                             "--decoder-layers", "3"), monkeypatch)
+    assert_error_line(line, "trained with other model options than this run's: --encoder-layers 2 "
+                            "(this run: 3), --decoder-layers 2 (this run: 3)")
+    # and the lock this process holds (the command removes it at its exit: test_training_stops)
+    assert sorted(p.name for p in save.iterdir()) == ["checkpoint_last.pt", save_dir_lock.LOCK_NAME]
+    assert (save / save_dir_lock.LOCK_NAME).read_text().split()[0] == str(os.getpid())
     assert (save / "checkpoint_last.pt").read_bytes() == before
 
 

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 import fairseq_hybrid  # noqa: F401  (installs the patches)
-from cli import REPO, USER_DIR, model_args, prepared_sample, run_tool, train_args
+from cli import REPO, USER_DIR, generate_error_in_process, model_args, prepared_sample, run_tool, train_args
 from fairseq_hybrid.errors import HybridConfigError, HybridRuntimeError
 from fairseq_hybrid.plugin.checks import check_data_dir
 
@@ -203,10 +203,13 @@ def test_the_one_lines_keep_fairseqs_exception_types():
     assert not issubclass(NonFiniteTraining, HybridConfigError)
 
 
+def generate_args(root, *extra, user_dir=True):
+    return [str(root / "bin"), *(["--user-dir", USER_DIR] if user_dir else []),
+            "--gen-subset", "test", "--max-len-b", "10", *extra]
+
+
 def generate(root, *extra, user_dir=True):
-    return run_tool("fairseq-generate", [str(root / "bin"), *(["--user-dir", USER_DIR] if user_dir else []),
-                                         "--gen-subset", "test", "--max-len-b", "10", *extra],
-                    cwd=root, check=False)
+    return run_tool("fairseq-generate", generate_args(root, *extra, user_dir=user_dir), cwd=root, check=False)
 
 
 @pytest.mark.slow
@@ -221,11 +224,15 @@ def test_generate_from_the_crash_dump_is_one_line(diverged):
 
 
 @pytest.mark.slow
-def test_generate_refuses_bad_options_before_writing(diverged):
+def test_generate_refuses_bad_options_before_writing(diverged, monkeypatch):
+    """In this process (``cli.generate_error_in_process``): a parse-time check, whose real
+    command's one line (exit 1, no traceback, no --results-path made) test_generation_limits.
+    test_generate_refuses_before_writing_and_skips_when_asked checks."""
     root, save, _ = diverged
-    proc = generate(root, "--path", str(save / "checkpoint_last.pt"), "--beam", "0",
-                    "--results-path", str(root / "results"))
-    assert only_line(proc).startswith("fairseq_hybrid: error: --beam 0 is not allowed")
+    monkeypatch.chdir(root)
+    line = generate_error_in_process(generate_args(root, "--path", str(save / "checkpoint_last.pt"), "--beam", "0",
+                                                   "--results-path", str(root / "results")), monkeypatch)
+    assert line.startswith("fairseq_hybrid: error: --beam 0 is not allowed")
     assert not (root / "results").exists()  # fairseq creates it before loading the model
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 
 import pytest
 import torch
 
 import fairseq_hybrid  # noqa: F401  (installs the patches)
-from cli import model_args, prepared_sample, run_tool, train_args
+from cli import model_args, run_tool, train_args, train_error_in_process
 from fairseq_hybrid.errors import HybridConfigError, HybridRuntimeError
 from fairseq_hybrid.plugin import checkpoints, patience
 
@@ -120,9 +121,11 @@ def test_the_patience_count_is_restored_from_the_checkpoint(extra_state, reset, 
 
 
 # ------------------------------------------------------------------ end to end
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return prepared_sample(tmp_path_factory.mktemp("reliability"), train=300, valid=20, test=10)
+@pytest.fixture
+def data(sample_data):
+    """The suite's shared corpus (conftest.sample_data, 400 training pairs: 6 updates an
+    epoch at --max-tokens 1000); these tests only read it."""
+    return sample_data
 
 
 def args(data, save_dir, *extra):
@@ -173,9 +176,15 @@ def test_patience_counts_across_a_resume_and_a_rerun_after_it_stopped_trains_not
     whole = run_tool("fairseq-train", patience_args(tmp_path / "whole", 20), cwd=data)
     assert validations(whole.stdout) == [1, 2, 3, 4] and "early stop" in whole.stdout
 
+    # a training stopped after update 2: the checkpoint the uninterrupted run saved then
+    # (--save-interval-updates 1: checkpoint_1_2.pt, a copy of its checkpoint_last.pt at
+    # that moment, after validations 1 and 2) as the checkpoint_last.pt of another directory
     save = tmp_path / "resumed"
-    first = run_tool("fairseq-train", patience_args(save, 2), cwd=data)
-    assert validations(first.stdout) == [1, 2]
+    save.mkdir()
+    shutil.copy(tmp_path / "whole" / "checkpoint_1_2.pt", save / "checkpoint_last.pt")
+    first = torch.load(save / "checkpoint_last.pt", weights_only=False)
+    assert first["optimizer_history"][-1]["num_updates"] == 2
+    assert first["extra_state"][patience.PATIENCE_STATE]["num_runs"] == 1  # validation 2 not better
     resumed = run_tool("fairseq-train", patience_args(save, 20), cwd=data)
     assert validations(resumed.stdout) == [3, 4]  # fairseq alone restarted the count: 3..6
     assert "early stop" in resumed.stdout
@@ -269,8 +278,11 @@ def test_the_command_line_prints_one_line_also_when_fairseq_rewraps_it():
     ("dataset.max_tokens=-5", ["--max-tokens", "-5"]),  # was "smaller than every sentence pair"
     ("+model.foo=1", None),  # was "model.foo None is not allowed"
 ])
-def test_hydra_refuses_what_fairseq_train_refuses_with_the_same_line(data, tmp_path, override,
-                                                                     train_option):
+def test_hydra_refuses_what_fairseq_train_refuses_with_the_same_line(data, tmp_path, monkeypatch,
+                                                                     override, train_option):
+    """fairseq-hydra-train as the real command; fairseq-train's line in this process
+    (``cli.train_error_in_process``): these are its parse-time checks, whose real command's
+    one line test_a_rerun_of_a_finished_training_changes_nothing checks (--restore-file)."""
     from test_hydra import hydra_train, leftovers
 
     save = tmp_path / "never"
@@ -280,8 +292,8 @@ def test_hydra_refuses_what_fairseq_train_refuses_with_the_same_line(data, tmp_p
     line = only_line(hydra)
     assert not save.exists() and leftovers() == []
     if train_option is not None:
-        train = run_tool("fairseq-train", args(data, save, *train_option), cwd=data, check=False)
-        assert train.returncode == 1 and only_line(train) == line
+        monkeypatch.chdir(data)
+        assert train_error_in_process(args(data, save, *train_option), monkeypatch) == line
         assert not save.exists()
     else:
         assert line.startswith(f"fairseq_hybrid: error: {override.lstrip('+').split('=')[0]} ")
