@@ -188,3 +188,34 @@ def generate_error_in_process(args: List[str], monkeypatch) -> str:
         assert line is not None, f"not a one-line error: {error!r}"
         return str(line)
     raise AssertionError(f"fairseq-generate {' '.join(args)} did not fail")
+
+
+def hydra_error_in_process(config_dir: Path, config: str, overrides: Sequence[str]) -> str:
+    """The one line ``fairseq-hydra-train --config-dir config_dir --config-name config
+    overrides`` stops with when the plugin's Hydra callback refuses the run, in this process:
+    the config composed as that command composes it (fairseq's schema registered by
+    ``hydra_init``; Hydra's version base 1.1, as under fairseq's ``@hydra.main``; with the
+    ``hydra`` node, whose ``overrides.task`` the callback reads), then the callback
+    (``HybridRunSetup.on_run_start``), which Hydra runs before it writes anything. A test
+    module that uses it names the subprocess test that checks the real command (one line,
+    exit 1, nothing written)."""
+    from fairseq.dataclass.initialize import hydra_init
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.version import VersionBase
+
+    from fairseq_hybrid.plugin.hydra_callback import HybridRunSetup
+
+    version_base = VersionBase.instance().getbase()
+    hydra_init(config)
+    try:
+        with initialize_config_dir(config_dir=str(config_dir), version_base="1.1"):
+            composed = compose(config, overrides=list(overrides), return_hydra_config=True)
+    finally:  # process-global: fairseq's own in-process composition needs the old base
+        VersionBase.instance().version_base = version_base
+        GlobalHydra.instance().clear()
+    try:
+        HybridRunSetup().on_run_start(composed)
+    except SystemExit as stopped:
+        return str(stopped.code)
+    raise AssertionError(f"fairseq-hydra-train {' '.join(overrides)} was not refused")

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import fairseq_hybrid  # noqa: F401  (installs the patches)
-from cli import model_args, run_tool, train_args, train_error_in_process
+from cli import REPO, hydra_error_in_process, model_args, run_tool, train_args, train_error_in_process
 from fairseq_hybrid.errors import HybridConfigError, HybridRuntimeError
 from fairseq_hybrid.plugin import checkpoints, patience
 
@@ -269,6 +269,9 @@ def test_the_command_line_prints_one_line_also_when_fairseq_rewraps_it():
 
 
 # ------------------------------------------------------------------ fairseq-hydra-train
+CONFIG_DIR = REPO / "recipes" / "config"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("override,train_option", [
     ("common.fp16=true", ["--fp16"]),  # skipped by the Hydra path before
@@ -280,23 +283,38 @@ def test_the_command_line_prints_one_line_also_when_fairseq_rewraps_it():
 ])
 def test_hydra_refuses_what_fairseq_train_refuses_with_the_same_line(data, tmp_path, monkeypatch,
                                                                      override, train_option):
-    """fairseq-hydra-train as the real command; fairseq-train's line in this process
-    (``cli.train_error_in_process``): these are its parse-time checks, whose real command's
-    one line test_a_rerun_of_a_finished_training_changes_nothing checks (--restore-file)."""
-    from test_hydra import hydra_train, leftovers
-
+    """Both in this process: fairseq-hydra-train's callback on the config the command composes
+    (``cli.hydra_error_in_process``) and fairseq-train's parse-time checks
+    (``cli.train_error_in_process``). The real commands' one line for these checks:
+    test_hydra_train_prints_the_callbacks_line_before_writing_anything and
+    test_a_rerun_of_a_finished_training_changes_nothing (--restore-file)."""
     save = tmp_path / "never"
-    hydra = hydra_train("hybrid_lstm", [f"task.data={data / 'bin'}", f"checkpoint.save_dir={save}",
-                                        override], check=False)
-    assert hydra.returncode == 1
-    line = only_line(hydra)
-    assert not save.exists() and leftovers() == []
+    monkeypatch.chdir(data)
+    line = hydra_error_in_process(CONFIG_DIR, "hybrid_lstm", [
+        f"task.data={data / 'bin'}", f"checkpoint.save_dir={save}", override])
+    assert line.startswith("fairseq_hybrid: error: ") and "\n" not in line, line
+    assert not save.exists()
     if train_option is not None:
-        monkeypatch.chdir(data)
         assert train_error_in_process(args(data, save, *train_option), monkeypatch) == line
         assert not save.exists()
     else:
         assert line.startswith(f"fairseq_hybrid: error: {override.lstrip('+').split('=')[0]} ")
+
+
+@pytest.mark.slow
+def test_hydra_train_prints_the_callbacks_line_before_writing_anything(data, tmp_path):
+    """The real command for one case above (the one that once failed inside the job, after
+    Hydra had written .hydra/ and its log): exit status 1, the line the callback refuses with,
+    no traceback, nothing written."""
+    from test_hydra import hydra_train, leftovers
+
+    save = tmp_path / "never"
+    overrides = [f"task.data={data / 'bin'}", f"checkpoint.save_dir={save}", "model.encoder_layers=abc"]
+    hydra = hydra_train("hybrid_lstm", overrides, check=False)
+    assert hydra.returncode == 1
+    assert only_line(hydra) == hydra_error_in_process(CONFIG_DIR, "hybrid_lstm", overrides)
+    assert only_line(hydra).startswith("fairseq_hybrid: error: model.encoder_layers 'abc' is not allowed")
+    assert not save.exists() and leftovers() == []
 
 
 # ------------------------------------------------------------------ scoring
