@@ -63,3 +63,22 @@ def sample_data(tmp_path_factory, worker_id):
             prepared_sample(shared, train=400, valid=20, test=20)
             (shared / ".prepared").touch()
     return shared
+
+
+@pytest.fixture(scope="session")
+def small_sample_data(tmp_path_factory, worker_id):
+    """The bundled corpus's first 40/10/6 train/valid/test pairs, binarized once per run
+    (raw/ and bin/) like ``sample_data`` and shared by the xdist workers the same way: one
+    batch an epoch at --max-tokens 1000, and a dictionary other than sample_data's. Tests
+    only read it."""
+    from cli import prepared_sample
+    from filelock import FileLock
+
+    if worker_id == "master":  # not under xdist
+        return prepared_sample(tmp_path_factory.mktemp("small_sample"), train=40, valid=10, test=6)
+    shared = tmp_path_factory.getbasetemp().parent / "small_sample"
+    with FileLock(str(shared) + ".lock"):
+        if not (shared / ".prepared").exists():
+            prepared_sample(shared, train=40, valid=10, test=6)
+            (shared / ".prepared").touch()
+    return shared

@@ -12,7 +12,7 @@ import shutil
 import pytest
 
 from fairseq_hybrid.plugin import save_dir_lock
-from cli import (USER_DIR, generate_error_in_process, hypotheses, model_args, prepared_sample, preprocess,
+from cli import (USER_DIR, generate_error_in_process, hypotheses, model_args, preprocess,
                  run_tool, train_error_in_process, write_sample_subset)
 from cli import train_args as shared_train_args
 
@@ -25,11 +25,16 @@ def train_args(data_dir, save_dir, *extra):
     return shared_train_args(data_dir, SMALL, "--max-update", "2", *extra, save_dir=save_dir)
 
 
+@pytest.fixture
+def data(sample_data):
+    """The training data: the suite's shared corpus (conftest.sample_data, 400 pairs; only read)."""
+    return sample_data / "bin"
+
+
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(tmp_path_factory, sample_data):
     root = tmp_path_factory.mktemp("bad-input")
-    prepared_sample(root / "a", train=200, valid=20, test=10)
-    run_tool("fairseq-train", train_args(root / "a" / "bin", root / "ckpt"), cwd=root)
+    run_tool("fairseq-train", train_args(sample_data / "bin", root / "ckpt"), cwd=root)
     checkpoint = root / "ckpt" / "checkpoint_last.pt"
     truncated = root / "truncated.pt"
     truncated.write_bytes(checkpoint.read_bytes()[:5000])
@@ -60,22 +65,22 @@ def generate_args(data, path):
 
 
 @pytest.mark.parametrize("which", ["truncated", "text"])
-def test_generate_with_a_file_that_is_not_a_checkpoint(setup, monkeypatch, which):
+def test_generate_with_a_file_that_is_not_a_checkpoint(setup, data, monkeypatch, which):
     """The truncated file through the real command, the text file in this process."""
     root, _, truncated, text = setup
     if which == "truncated":
-        proc = run_tool("fairseq-generate", generate_args(root / "a" / "bin", truncated), cwd=root, check=False)
+        proc = run_tool("fairseq-generate", generate_args(data, truncated), cwd=root, check=False)
         assert_one_line_error(proc, repr(str(truncated)), "is not a readable fairseq checkpoint")
     else:
         monkeypatch.chdir(root)
-        line = generate_error_in_process(generate_args(root / "a" / "bin", text), monkeypatch)
+        line = generate_error_in_process(generate_args(data, text), monkeypatch)
         assert_error_line(line, repr(str(text)), "is not a readable fairseq checkpoint")
 
 
-def test_restore_file_that_is_truncated_writes_nothing(setup, tmp_path, monkeypatch):
+def test_restore_file_that_is_truncated_writes_nothing(setup, data, tmp_path, monkeypatch):
     root, _, truncated, _ = setup
     save = tmp_path / "save"
-    proc = run_tool("fairseq-train", train_args(root / "a" / "bin", save, "--restore-file", str(truncated)),
+    proc = run_tool("fairseq-train", train_args(data, save, "--restore-file", str(truncated)),
                     cwd=root, check=False)
     assert_one_line_error(proc, f"'{truncated}' is not a readable fairseq checkpoint (truncated, or another "
                                 "kind of file): ", "; give another --restore-file")
@@ -85,22 +90,21 @@ def test_restore_file_that_is_truncated_writes_nothing(setup, tmp_path, monkeypa
     os.replace(save / "checkpoint_last.pt", older)
     (save / "checkpoint_last.pt").write_bytes(truncated.read_bytes())
     monkeypatch.chdir(root)  # the same check as above: in this process
-    line = train_error_in_process(train_args(root / "a" / "bin", save), monkeypatch)
+    line = train_error_in_process(train_args(data, save), monkeypatch)
     assert_error_line(line, "checkpoint_last.pt' is not a readable fairseq checkpoint", "; delete it (the "
                       "training then starts over), or resume from an older checkpoint with --restore-file ")
 
 
-def test_checkpoint_with_another_dictionary(setup, sample_data, monkeypatch):
-    """The suite's shared corpus (conftest.sample_data: 400 pairs, not the checkpoint's 200)
-    has another dictionary."""
+def test_checkpoint_with_another_dictionary(setup, small_sample_data, monkeypatch):
+    """conftest.small_sample_data (40 pairs, not the checkpoint's 400) has another dictionary."""
     root, checkpoint, _, _ = setup
     monkeypatch.chdir(root)
-    line = generate_error_in_process(generate_args(sample_data / "bin", checkpoint), monkeypatch)
+    line = generate_error_in_process(generate_args(small_sample_data / "bin", checkpoint), monkeypatch)
     assert_error_line(line, "the checkpoint's dictionary has ", "embed_tokens.weight",
                       "was the data binarized with another dictionary?")
 
 
-def test_checkpoint_of_another_shape_as_restore_file(setup, tmp_path, monkeypatch):
+def test_checkpoint_of_another_shape_as_restore_file(setup, data, tmp_path, monkeypatch):
     """fairseq wraps this error in its own ("Cannot load model parameters from checkpoint");
     the real command's one line for that: test_reliability.
     test_the_command_line_prints_one_line_also_when_fairseq_rewraps_it."""
@@ -110,7 +114,7 @@ def test_checkpoint_of_another_shape_as_restore_file(setup, tmp_path, monkeypatc
     shutil.copy(checkpoint, save / "checkpoint_last.pt")
     before = (save / "checkpoint_last.pt").read_bytes()
     monkeypatch.chdir(root)
-    line = train_error_in_process(train_args(root / "a" / "bin", save, "--encoder-layers", "3",
+    line = train_error_in_process(train_args(data, save, "--encoder-layers", "3",
                                              "--decoder-layers", "3"), monkeypatch)
     assert_error_line(line, "trained with other model options than this run's: --encoder-layers 2 "
                             "(this run: 3), --decoder-layers 2 (this run: 3)")
@@ -125,18 +129,18 @@ def test_checkpoint_of_another_shape_as_restore_file(setup, tmp_path, monkeypatc
     ("no-pair", "--source-lang 'fr': data directory"),
     ("no-valid", "has no 'valid' split (no valid.* files)"),  # fairseq: FileNotFoundError
 ])
-def test_bad_data_directory(setup, tmp_path, monkeypatch, case, fragment):
+def test_bad_data_directory(setup, data, tmp_path, monkeypatch, case, fragment):
     """In this process (``cli.train_error_in_process``); the command's own one line is
     checked by ``test_restore_file_that_is_truncated_writes_nothing`` and the others here."""
     root = setup[0]
-    data = root / "nowhere" if case == "missing" else root / "a" / "bin"
+    given = root / "nowhere" if case == "missing" else data
     if case == "no-valid":
-        data = tmp_path / "bin"
-        shutil.copytree(root / "a" / "bin", data, ignore=shutil.ignore_patterns("valid.*"))
+        given = tmp_path / "bin"
+        shutil.copytree(data, given, ignore=shutil.ignore_patterns("valid.*"))
     extra = ["--source-lang", "fr", "--target-lang", "de"] if case == "no-pair" else []
     save = tmp_path / "save"
     monkeypatch.chdir(root)
-    line = train_error_in_process(train_args(data, save, *extra), monkeypatch)
+    line = train_error_in_process(train_args(given, save, *extra), monkeypatch)
     assert line.startswith("fairseq_hybrid: error: ") and fragment in line, line
     assert not save.exists()
 
@@ -146,11 +150,11 @@ def test_bad_data_directory(setup, tmp_path, monkeypatch, case, fragment):
     ("max-tokens", ["--max-tokens 2 is smaller than every sentence pair of the 'train' split", "use --max-tokens"]),
     ("fp16", ["--fp16 needs a CUDA GPU", "use --bf16"]),
 ])
-def test_training_data_and_precision_errors(setup, tmp_path, monkeypatch, case, fragments):
+def test_training_data_and_precision_errors(setup, data, tmp_path, monkeypatch, case, fragments):
     """fairseq's own failures here are tracebacks (cannot mmap an empty file; IndexError in
     batch_by_size; Torch not compiled with CUDA enabled). In this process, as above."""
     root = setup[0]
-    data, extra = root / "a" / "bin", []
+    extra = []
     if case == "empty":
         write_sample_subset(tmp_path / "raw", train=0, valid=5, test=5)
         for lang in ("en", "de"):
@@ -171,20 +175,20 @@ def test_training_data_and_precision_errors(setup, tmp_path, monkeypatch, case, 
     assert not save.exists()
 
 
-def test_interactive_survives_odd_input(setup):
+def test_interactive_survives_odd_input(setup, data):
     """Empty and blank lines, emoji and control characters are translated; a line longer
     than --max-source-positions is skipped with a one-line warning; the session goes on."""
     root, checkpoint, _, _ = setup
-    lines = ["Hello there.", "", "   ", " ".join(["word"] * 1100), "I love 🍕 and 😀!",
+    lines = ["Hello there.", "", "   ", " ".join(["xyzzy"] * 1100), "I love 🍕 and 😀!",
              "Tab\there \x01\x07 bell", "Last line."]
     proc = run_tool("fairseq-interactive", [
-        str(root / "a" / "bin"), "--user-dir", USER_DIR, "--path", str(checkpoint), "--beam", "2",
+        str(data), "--user-dir", USER_DIR, "--path", str(checkpoint), "--beam", "2",
         "--source-lang", "en", "--target-lang", "de", "--max-len-b", "10",
     ], cwd=root, stdin="\n".join(lines) + "\n")
     translated = sorted(int(line.split("\t")[0][2:]) for line in hypotheses(proc.stdout))
     assert translated == [0, 1, 2, 4, 5, 6]
     warnings = [line for line in proc.stderr.splitlines() if "skipped" in line]
     assert len(warnings) == 1 and "skipped 1 source sentence of the input ('<unk> <unk> " in warnings[0]
-    assert warnings[0].endswith(  # the line as the model reads it: 'word' is not in its dictionary
+    assert warnings[0].endswith(  # the line as the model reads it: 'xyzzy' is not in its dictionary
         "...'): longer than --max-source-positions 1024 allows (the longest has 1101 tokens with the "
         "end-of-sentence token); raise --max-source-positions to 1101 to translate it")

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 import fairseq_hybrid  # noqa: F401  (installs the patches)
-from cli import REPO, USER_DIR, generate_error_in_process, model_args, prepared_sample, run_tool, train_args
+from cli import REPO, USER_DIR, generate_error_in_process, model_args, run_tool, train_args
 from fairseq_hybrid.errors import HybridConfigError, HybridRuntimeError
 from fairseq_hybrid.plugin.checks import check_data_dir
 
@@ -170,11 +170,11 @@ def test_a_vocabulary_larger_than_the_corpus_allows_is_one_line(tmp_path):
 
 # ------------------------------------------------------------------ a non-finite loss
 @pytest.fixture(scope="module")
-def diverged(tmp_path_factory):
+def diverged(tmp_path_factory, small_sample_data):
     """fairseq-train with --lr 1e38: epoch 1 (one update, checkpoint written) is finite, the
-    gradients of update 2 are not."""
-    root = prepared_sample(tmp_path_factory.mktemp("nan"), train=40, valid=10, test=6)
-    save = root / "save"
+    gradients of update 2 are not. The data: conftest.small_sample_data (40 pairs, only read)."""
+    root = small_sample_data
+    save = tmp_path_factory.mktemp("nan") / "save"
     proc = run_tool("fairseq-train", train_args(root / "bin", model_args(16), "--max-update", "5",
                                                 "--no-epoch-checkpoints", save_dir=save, lr=1e38,
                                                 max_tokens=1000), cwd=root, check=False)
@@ -224,16 +224,16 @@ def test_generate_from_the_crash_dump_is_one_line(diverged):
 
 
 @pytest.mark.slow
-def test_generate_refuses_bad_options_before_writing(diverged, monkeypatch):
+def test_generate_refuses_bad_options_before_writing(diverged, tmp_path, monkeypatch):
     """In this process (``cli.generate_error_in_process``): a parse-time check, whose real
     command's one line (exit 1, no traceback, no --results-path made) test_generation_limits.
     test_generate_refuses_before_writing_and_skips_when_asked checks."""
     root, save, _ = diverged
     monkeypatch.chdir(root)
     line = generate_error_in_process(generate_args(root, "--path", str(save / "checkpoint_last.pt"), "--beam", "0",
-                                                   "--results-path", str(root / "results")), monkeypatch)
+                                                   "--results-path", str(tmp_path / "results")), monkeypatch)
     assert line.startswith("fairseq_hybrid: error: --beam 0 is not allowed")
-    assert not (root / "results").exists()  # fairseq creates it before loading the model
+    assert not (tmp_path / "results").exists()  # fairseq creates it before loading the model
 
 
 @pytest.mark.slow
