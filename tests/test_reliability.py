@@ -134,7 +134,7 @@ def args(data, save_dir, *extra):
 
 
 @pytest.mark.slow
-def test_a_rerun_of_a_finished_training_changes_nothing(data, tmp_path):
+def test_a_rerun_of_a_finished_training_changes_nothing(data, tmp_path, monkeypatch):
     save = tmp_path / "save"
     run_tool("fairseq-train", args(data, save, "--max-update", "6"), cwd=data)
     before = {p.name: (p.stat().st_mtime_ns, p.stat().st_ino) for p in save.iterdir()}
@@ -152,10 +152,10 @@ def test_a_rerun_of_a_finished_training_changes_nothing(data, tmp_path):
             assert "removed 1 temporary file(s) of an interrupted save" in again.stdout
         assert {p.name: (p.stat().st_mtime_ns, p.stat().st_ino) for p in save.iterdir()} == before
 
-    missing = run_tool("fairseq-train", args(data, save, "--restore-file", "nowhere.pt"),
-                       cwd=data, check=False)
-    assert missing.returncode == 1
-    assert "--restore-file 'nowhere.pt' does not exist" in only_line(missing)
+    # a parse-time check, in this process (cli.train_error_in_process): refused, not "finished"
+    monkeypatch.chdir(data)
+    missing = train_error_in_process(args(data, save, "--restore-file", "nowhere.pt"), monkeypatch)
+    assert missing.startswith("fairseq_hybrid: error: --restore-file 'nowhere.pt' does not exist")
 
 
 def validations(log: str):
@@ -285,9 +285,10 @@ def test_hydra_refuses_what_fairseq_train_refuses_with_the_same_line(data, tmp_p
                                                                      override, train_option):
     """Both in this process: fairseq-hydra-train's callback on the config the command composes
     (``cli.hydra_error_in_process``) and fairseq-train's parse-time checks
-    (``cli.train_error_in_process``). The real commands' one line for these checks:
-    test_hydra_train_prints_the_callbacks_line_before_writing_anything and
-    test_a_rerun_of_a_finished_training_changes_nothing (--restore-file)."""
+    (``cli.train_error_in_process``). How the real commands print these checks' line (one
+    line, exit 1, no traceback, nothing written): fairseq-hydra-train's in
+    test_hydra_train_prints_the_callbacks_line_before_writing_anything, fairseq-train's in
+    tests/test_cli.py (a parse-time check of the same list, ``checks.run_checks``)."""
     save = tmp_path / "never"
     monkeypatch.chdir(data)
     line = hydra_error_in_process(CONFIG_DIR, "hybrid_lstm", [
