@@ -2,6 +2,7 @@
 one device, placement-free checkpoints (train on 3 devices, resume on 1, generate on 2),
 and one-line errors for bad placements before anything is written."""
 import re
+import shutil
 
 import pytest
 import torch
@@ -42,26 +43,48 @@ def data(sample_data):
     return sample_data  # conftest: binarized once per session
 
 
-def test_three_devices_train_like_one(data, tmp_path):
-    one = train(data, tmp_path / "one", "cpu", 20)
-    three = train(data, tmp_path / "three", "cpu,cpu,cpu", 20, chunks=3)
-    assert "3 device(s), 3 pipeline chunk(s)" in three.stdout + three.stderr
-    losses_one, losses_three = per_update_losses(one), per_update_losses(three)
-    assert sorted(losses_one) == list(range(1, 21))
-    assert losses_three == losses_one
-    reference = weights(tmp_path / "one" / "checkpoint_last.pt")
-    hybrid = weights(tmp_path / "three" / "checkpoint_last.pt")
+UPDATES = 8  # of two batches each: the 16 batches of the first epoch at --max-tokens 300
+
+
+@pytest.fixture(scope="module")
+def one_device(sample_data, tmp_path_factory):
+    """The reference of the tests below, run once: one process on one device, each update
+    on two batches (--update-freq 2). Tests only read it."""
+    save = tmp_path_factory.mktemp("one-device")
+    proc = train(sample_data, save, "cpu", UPDATES, extra=["--update-freq", "2"])
+    return save / "checkpoint_last.pt", per_update_losses(proc)
+
+
+@pytest.fixture(scope="module")
+def three_devices(sample_data, tmp_path_factory):
+    """The reference's updates on three devices in one process, run once: compared with it
+    below, and the checkpoint the placement test resumes (from a copy)."""
+    save = tmp_path_factory.mktemp("three-devices")
+    proc = train(sample_data, save, "cpu,cpu,cpu", UPDATES, chunks=3, extra=["--update-freq", "2"])
+    return save, proc.stdout + proc.stderr
+
+
+def test_three_devices_train_like_one(one_device, three_devices):
+    checkpoint_one, losses_one = one_device
+    save, log = three_devices
+    assert "3 device(s), 3 pipeline chunk(s)" in log
+    assert sorted(losses_one) == list(range(1, UPDATES + 1))
+    assert train_losses(log) == losses_one
+    reference = weights(checkpoint_one)
+    hybrid = weights(save / "checkpoint_last.pt")
     assert reference.keys() == hybrid.keys()
     for name in reference:
         torch.testing.assert_close(hybrid[name], reference[name], rtol=1e-4, atol=1e-5)
 
 
-def test_checkpoints_are_placement_free(data, tmp_path):
+def test_checkpoints_are_placement_free(data, tmp_path, three_devices):
     save = tmp_path / "portable"
-    train(data, save, "cpu,cpu,cpu", 6, chunks=2, extra=["--save-interval-updates", "3"])
-    resumed = train(data, save, "cpu", 9)
+    shutil.copytree(three_devices[0], save)  # trained on three devices
+    resumed = train(data, save, "cpu", UPDATES + 3)
     log = resumed.stdout + resumed.stderr
-    assert re.search(r"Loaded checkpoint .*\(epoch \d+ @ 6 updates\)", log)
+    assert re.search(rf"Loaded checkpoint .*\(epoch \d+ @ {UPDATES} updates\)", log)
+    assert torch.load(save / "checkpoint_last.pt", weights_only=False)[
+        "optimizer_history"][-1]["num_updates"] == UPDATES + 3
     outputs = {}
     for devices in ("cpu", "cpu,cpu"):
         args = [
@@ -120,20 +143,22 @@ def test_zero_chunks_is_rejected(data, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("devices, backend", [("cpu", "pytorch_ddp"), ("cpu,cpu", "legacy_ddp")])
-def test_two_processes_make_the_update_of_one_process_on_both_batches(data, tmp_path, devices, backend):
+def test_two_processes_make_the_update_of_one_process_on_both_batches(data, tmp_path, one_device,
+                                                                      devices, backend):
     """fairseq's own data parallelism (gloo) around the hybrid model, with the backend it
     gets by default: torch DDP for one device per process, legacy_ddp for several. 2
-    processes make the same updates as 1 process that sees both processes' batches
-    (--update-freq 2 groups the same two batches that 2 ranks take)."""
+    processes make the same updates as 1 process on one device that sees both processes'
+    batches (--update-freq 2 groups the same two batches that 2 ranks take; on CPU devices
+    the hybrid model's numbers are the one device's, test_three_devices_train_like_one)."""
+    checkpoint_one, losses_one = one_device
     chunks = 2 if "," in devices else None
-    one = train(data, tmp_path / "dp-one", devices, 6, chunks=chunks, extra=["--update-freq", "2"])
-    ranks = run_ranks("fairseq-train", train_args(data, tmp_path / "dp-two", devices, 6, chunks=chunks),
+    ranks = run_ranks("fairseq-train", train_args(data, tmp_path / "dp-two", devices, UPDATES, chunks=chunks),
                       world_size=2, cwd=data)
     assert f"'ddp_backend': '{backend}'" in ranks[0].stdout + ranks[0].stderr
     losses_two = per_update_losses(ranks[0])
-    assert sorted(losses_two) == list(range(1, 7))
-    assert losses_two == per_update_losses(one)
-    reference = weights(tmp_path / "dp-one" / "checkpoint_last.pt")
+    assert sorted(losses_two) == list(range(1, UPDATES + 1))
+    assert losses_two == losses_one
+    reference = weights(checkpoint_one)
     two = weights(tmp_path / "dp-two" / "checkpoint_last.pt")
     for name in reference:
         torch.testing.assert_close(two[name], reference[name], rtol=1e-4, atol=1e-5)

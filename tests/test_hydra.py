@@ -1,7 +1,8 @@
-"""fairseq-hydra-train with the configs in recipes/config and with a user's own YAML: the
-presets hold (the same model as --arch), overrides work without '+', devices override,
-nothing is left in the repository root, a Hydra checkpoint resumes through fairseq-train and
-generates; bad values stop with one line before anything is written."""
+"""fairseq-hydra-train with the configs in recipes/config (run as the recipes run it) and
+with a user's own YAML: the presets hold (the same model as --arch), overrides work without
+'+', devices override, nothing is left in the repository root, a Hydra checkpoint resumes
+through fairseq-train and generates; bad values stop with one line before anything is
+written."""
 import os
 import re
 import shutil
@@ -65,65 +66,22 @@ def test_every_model_option_is_one_key_of_each_config():
         assert config["hydra"]["run"]["dir"] == "${checkpoint.save_dir}"
 
 
-def test_sample_config_two_cpu_devices_resume_with_fairseq_train_and_generate(data, tmp_path):
-    save = tmp_path / "ckpt"
-    before = leftovers()
-    run = hydra_train("hybrid_lstm", [
-        f"task.data={data / 'bin'}", f"checkpoint.save_dir={save}", *SMALL,
-        'model.hybrid_devices="cpu,cpu"', "model.pipeline_chunks=3",
-        "optimization.max_update=3", "dataset.max_tokens=400", "common.log_interval=1",
+def arch_params(data: Path, arch: str) -> int:
+    """What ``fairseq-train DATA --arch ARCH`` logs as "num. shared model params", in this
+    process: the command line parsed and the model built as fairseq_cli/train.py does
+    before it trains, counted as it counts (on the meta device: sizes, no storage)."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    parsed = options.parse_args_and_arch(options.get_training_parser(), [
+        str(data), "--user-dir", USER_DIR, "--arch", arch,
+        "--criterion", "hybrid_cross_entropy", "--optimizer", "adam",
     ])
-    log = run.stdout + run.stderr
-    assert "hybrid placement: 2 device(s), 3 pipeline chunk(s)" in log, log[-3000:]
-    assert (save / "checkpoint_last.pt").is_file() and (save / "checkpoint_best.pt").is_file()
-    # Hydra's own files go to the save dir, none to the directory it ran from
-    assert leftovers() == before == []
-    saved = yaml.safe_load((save / ".hydra" / "config.yaml").read_text())
-    assert saved["model"]["hybrid_devices"] == "cpu,cpu"
-    assert saved["distributed_training"]["ddp_backend"] == "legacy_ddp"
-    assert saved["common"]["user_dir"] == USER_DIR  # the YAML's null, filled by the callback
-    assert (save / "hydra_train.log").is_file()
-    state = torch.load(save / "checkpoint_last.pt", weights_only=False)
-    model_cfg = state["cfg"]["model"]
-    assert (model_cfg["encoder_layers"], model_cfg["encoder_hidden_size"]) == (2, 32)
-    assert state["optimizer_history"][-1]["num_updates"] == 3
-
-    resumed = run_tool("fairseq-train", [
-        str(data / "bin"), "--user-dir", USER_DIR, "--arch", "hybrid_lstm",
-        "--encoder-embed-dim", "32", "--encoder-hidden-size", "32", "--decoder-embed-dim", "32",
-        "--decoder-hidden-size", "32", "--decoder-out-embed-dim", "32", "--share-all-embeddings", "--dropout", "0.3",
-        "--criterion", "hybrid_cross_entropy", "--label-smoothing", "0.1",
-        "--optimizer", "torch_adam", "--adam-betas", "(0.9, 0.98)", "--lr", "0.003",
-        "--clip-norm", "1.0", "--max-tokens", "400", "--max-update", "5",
-        "--save-dir", str(save), "--no-epoch-checkpoints", "--num-workers", "0",
-    ], cwd=data)
-    log = resumed.stdout + resumed.stderr
-    assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ 3 updates\)", log), log[-3000:]
-    assert torch.load(save / "checkpoint_last.pt", weights_only=False)[
-        "optimizer_history"][-1]["num_updates"] == 5
-
-    gen = run_tool("fairseq-generate", [
-        str(data / "bin"), "--user-dir", USER_DIR, "--path", str(save / "checkpoint_last.pt"),
-        "--beam", "2", "--gen-subset", "test", "--batch-size", "8", "--max-len-b", "10",
-        "--required-batch-size-multiple", "1",
-    ], cwd=data)
-    assert len(hypotheses(gen.stdout)) == 20
-
-
-def test_wmt_config_trains_and_keeps_the_presets_other_values(data, tmp_path):
-    save = tmp_path / "ckpt"
-    hydra_train("hybrid_lstm_wmt_en_de", [
-        f"task.data={data / 'bin'}", f"checkpoint.save_dir={save}", *SMALL,
-        "model.encoder_layers=2", "model.decoder_layers=2", "model.hybrid_devices=cpu",
-        "optimization.max_update=2", "dataset.max_tokens=400", "checkpoint.save_interval_updates=1",
-    ])
-    assert (save / "checkpoint_last.pt").is_file() and (save / "checkpoint_1_2.pt").is_file()
-    assert leftovers() == []
-    model_cfg = torch.load(save / "checkpoint_last.pt", weights_only=False)["cfg"]["model"]
-    # the overrides win; what they left unset is the preset's (no dropout between layers)
-    assert (model_cfg["encoder_layers"], model_cfg["decoder_hidden_size"]) == (2, 32)
-    assert (model_cfg["encoder_dropout_out"], model_cfg["decoder_dropout_out"]) == (0.0, 0.0)
-    assert model_cfg["dropout"] == 0.2
+    cfg = convert_namespace_to_omegaconf(parsed)
+    task = tasks.setup_task(cfg.task)
+    with torch.device("meta"):
+        model = task.build_model(cfg.model)
+    return sum(p.numel() for p in model.parameters() if not getattr(p, "expert", False))
 
 
 def test_wmt_preset_same_parameters_from_a_users_own_yaml_as_with_arch(data, tmp_path):
@@ -138,25 +96,19 @@ def test_wmt_preset_same_parameters_from_a_users_own_yaml_as_with_arch(data, tmp
         "optimizer": {"_name": "adam"},
         "lr_scheduler": {"_name": "fixed"},
         "optimization": {"lr": [0.001], "max_update": 1},
-        "dataset": {"max_tokens": 60, "num_workers": 0},
+        "dataset": {"max_tokens": 60, "num_workers": 0, "disable_validation": True},
         "checkpoint": {"no_save": True},
     }))
     hydra = hydra_train("mine", [], config_dir=tmp_path)
-    arch = run_tool("fairseq-train", [
-        str(data / "bin"), "--user-dir", USER_DIR, "--arch", "hybrid_lstm_wmt_en_de",
-        "--criterion", "hybrid_cross_entropy", "--optimizer", "adam", "--lr", "0.001",
-        "--max-tokens", "60", "--max-update", "1", "--no-save", "--num-workers", "0",
-    ], cwd=data)
     # 4+4 LSTM layers x 1000 alone hold 64M parameters (hybrid_lstm's 2+2 x 256: 2M)
-    assert params(hydra.stdout + hydra.stderr) == params(arch.stdout + arch.stderr) > 64_000_000
+    assert params(hydra.stdout + hydra.stderr) == arch_params(data / "bin", "hybrid_lstm_wmt_en_de") \
+        > 64_000_000
 
 
 @pytest.mark.parametrize("flags,overrides,message", [
+    # the callback Hydra runs before a job (one line, exit 1, nothing written; the other
+    # values it refuses: the next test, in this process) and the one before a multirun
     ((), ['model.hybrid_devices="cpu,cuda:9"'], "--hybrid-devices 'cpu,cuda:9'"),
-    ((), ["distributed_training.pipeline_chunks=8"],
-     "distributed_training.pipeline_chunks 8 is not allowed: hybrid_lstm reads model.pipeline_chunks"),
-    ((), ['model.hybrid_devices="cpu,cpu"', "distributed_training.ddp_backend=pytorch_ddp"],
-     "--ddp-backend pytorch_ddp is not allowed with 2 --hybrid-devices in one process"),
     (("--multirun",), ["common.seed=1,2"], "--multirun is not supported"),
 ])
 def test_bad_values_stop_with_one_line_before_anything_is_written(data, tmp_path, flags, overrides, message):
@@ -172,8 +124,31 @@ def test_bad_values_stop_with_one_line_before_anything_is_written(data, tmp_path
     assert leftovers() == []
 
 
-def composed(config: str, overrides):
-    """The config fairseq-hydra-train composes (without running it)."""
+@pytest.mark.parametrize("overrides,message", [
+    (["distributed_training.pipeline_chunks=8"],
+     "distributed_training.pipeline_chunks 8 is not allowed: hybrid_lstm reads model.pipeline_chunks"),
+    (['model.hybrid_devices="cpu,cpu"', "distributed_training.ddp_backend=pytorch_ddp"],
+     "--ddp-backend pytorch_ddp is not allowed with 2 --hybrid-devices in one process"),
+])
+def test_bad_values_are_the_callbacks_one_line_before_the_job(data, tmp_path, overrides, message):
+    """The callback on the config Hydra composes from these overrides, in this process:
+    the exit with one line that Hydra passes through (how fairseq-hydra-train prints it:
+    the test above), and nothing written."""
+    from fairseq_hybrid.plugin.hydra_callback import HybridRunSetup
+
+    save = tmp_path / "never"
+    cfg = composed("hybrid_lstm", [f"task.data={data / 'bin'}", f"checkpoint.save_dir={save}", *overrides],
+                   return_hydra_config=True)
+    with pytest.raises(SystemExit) as stopped:
+        HybridRunSetup().on_run_start(cfg)
+    line = str(stopped.value.code)
+    assert line.startswith("fairseq_hybrid: error: ") and message in line and "\n" not in line
+    assert not save.exists()
+
+
+def composed(config: str, overrides, return_hydra_config: bool = False):
+    """The config fairseq-hydra-train composes (without running it); with Hydra's own
+    ``hydra`` node (the overrides under hydra.overrides.task) if ``return_hydra_config``."""
     from fairseq.dataclass.initialize import hydra_init
     from hydra import compose, initialize_config_dir
 
@@ -187,7 +162,7 @@ def composed(config: str, overrides):
         # version base is process-global; fairseq's later in-process composition
         # (hydra.experimental.initialize) refuses a base >= 1.2, so it is restored too.
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.1"):
-            return compose(config, overrides=list(overrides))
+            return compose(config, overrides=list(overrides), return_hydra_config=return_hydra_config)
     finally:
         VersionBase.instance().version_base = version_base
         GlobalHydra.instance().clear()
@@ -238,7 +213,9 @@ def binarized(data: Path, dest: Path) -> Path:
     return dest
 
 
-def test_wmt_recipe_trains_through_hydra(data, tmp_path):
+def test_wmt_recipe_trains_through_hydra_and_keeps_the_presets_other_values(data, tmp_path):
+    """The WMT recipes' train stage with FRONTEND=hydra: fairseq-hydra-train with
+    recipes/config/hybrid_lstm_wmt_en_de.yaml and a few sizes overridden."""
     work = tmp_path / "wmt"
     binarized(data, work / "bin")
     tiny = " ".join([*SMALL, "model.encoder_layers=2", "model.decoder_layers=2"])
@@ -254,22 +231,68 @@ def test_wmt_recipe_trains_through_hydra(data, tmp_path):
     assert saved["model"]["hybrid_devices"] == "cpu,cpu"
     assert saved["optimization"]["max_update"] == 4 and saved["model"]["encoder_layers"] == 2
     assert leftovers() == []
+    assert (save / "checkpoint_1_2.pt").is_file()  # SAVE_INTERVAL: checkpoint.save_interval_updates
+    model_cfg = torch.load(save / "checkpoint_last.pt", weights_only=False)["cfg"]["model"]
+    # the overrides win; what they left unset is the preset's (no dropout between layers)
+    assert (model_cfg["encoder_layers"], model_cfg["decoder_hidden_size"]) == (2, 32)
+    assert (model_cfg["encoder_dropout_out"], model_cfg["decoder_dropout_out"]) == (0.0, 0.0)
+    assert model_cfg["dropout"] == 0.2
 
 
-def test_sample_recipe_trains_through_hydra(data, tmp_path):
+def test_sample_recipe_trains_two_cpu_devices_through_hydra_and_fairseq_train_resumes_and_generates(
+        data, tmp_path):
+    """The sample recipe's train stage with FRONTEND=hydra: fairseq-hydra-train with
+    recipes/config/hybrid_lstm.yaml (the README's command), here on two CPU devices for 3
+    updates; its checkpoint resumes with fairseq-train and generates."""
     work = tmp_path / "sample"
     binarized(data, work / "bin")
+    before = leftovers()
     proc = recipe("sample/run.sh", "train", {
-        "FRONTEND": "hydra", "WORK": str(work), "TRAIN_MINUTES": "0.05", "MAX_TOKENS": "400",
-        "DEVICE_ARGS": " ".join(SMALL),
+        "FRONTEND": "hydra", "WORK": str(work), "TRAIN_MINUTES": "30", "MAX_TOKENS": "400",
+        "DEVICE_ARGS": " ".join([*SMALL, 'model.hybrid_devices="cpu,cpu"', "model.pipeline_chunks=3",
+                                 "optimization.max_update=3", "common.log_interval=1"]),
     })
     assert proc.returncode == 0, proc.stderr[-3000:]
     save = work / "checkpoints"
-    assert (save / ".done").is_file() and (save / "checkpoint_best.pt").is_file()
+    assert (save / ".done").is_file()
+    assert (save / "checkpoint_last.pt").is_file() and (save / "checkpoint_best.pt").is_file()
     assert "[train][INFO]" in proc.stderr  # the recipe's filter shows Hydra's log lines
+    log = (save / "train.log").read_text()
+    assert "hybrid placement: 2 device(s), 3 pipeline chunk(s)" in log, log[-3000:]
+    # Hydra's own files go to the save dir, none to the directory it ran from
+    assert leftovers() == before == []
     saved = yaml.safe_load((save / ".hydra" / "config.yaml").read_text())
     assert saved["model"]["dropout"] == 0.3 and saved["checkpoint"]["patience"] == 5
     assert saved["optimizer"]["_name"] == "torch_adam"
+    assert saved["model"]["hybrid_devices"] == "cpu,cpu"
+    assert saved["distributed_training"]["ddp_backend"] == "legacy_ddp"
+    assert saved["common"]["user_dir"] == USER_DIR  # the YAML's null, filled by the callback
+    assert (save / "hydra_train.log").is_file()
+    state = torch.load(save / "checkpoint_last.pt", weights_only=False)
+    model_cfg = state["cfg"]["model"]
+    assert (model_cfg["encoder_layers"], model_cfg["encoder_hidden_size"]) == (2, 32)
+    assert state["optimizer_history"][-1]["num_updates"] == 3
+
+    resumed = run_tool("fairseq-train", [
+        str(data / "bin"), "--user-dir", USER_DIR, "--arch", "hybrid_lstm",
+        "--encoder-embed-dim", "32", "--encoder-hidden-size", "32", "--decoder-embed-dim", "32",
+        "--decoder-hidden-size", "32", "--decoder-out-embed-dim", "32", "--share-all-embeddings", "--dropout", "0.3",
+        "--criterion", "hybrid_cross_entropy", "--label-smoothing", "0.1",
+        "--optimizer", "torch_adam", "--adam-betas", "(0.9, 0.98)", "--lr", "0.003",
+        "--clip-norm", "1.0", "--max-tokens", "400", "--max-update", "5",
+        "--save-dir", str(save), "--no-epoch-checkpoints", "--num-workers", "0",
+    ], cwd=data)
+    log = resumed.stdout + resumed.stderr
+    assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ 3 updates\)", log), log[-3000:]
+    assert torch.load(save / "checkpoint_last.pt", weights_only=False)[
+        "optimizer_history"][-1]["num_updates"] == 5
+
+    gen = run_tool("fairseq-generate", [
+        str(data / "bin"), "--user-dir", USER_DIR, "--path", str(save / "checkpoint_last.pt"),
+        "--beam", "2", "--gen-subset", "test", "--batch-size", "8", "--max-len-b", "10",
+        "--required-batch-size-multiple", "1",
+    ], cwd=data)
+    assert len(hypotheses(gen.stdout)) == 20
 
 
 @pytest.mark.parametrize("env,message", [

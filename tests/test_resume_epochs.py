@@ -5,7 +5,9 @@ ties between sentences of equal length with the seed ``--seed + epoch``; an unin
 run builds them at epoch 1 and keeps them, a run resumed in epoch 2 or later built others
 (``fairseq_patches.same_batches_after_resume``). Tested at both boundaries a user meets:
 the checkpoint written at an epoch's end (``--max-epoch``/``--max-update`` reached there)
-and a mid-epoch one after the first epoch, with dropout and validation, on 1 and 2 devices.
+and a mid-epoch one after the first epoch, with dropout and validation, on 1 and 2 devices,
+each against the one uninterrupted one-device run (on CPU devices the hybrid model's numbers
+are the one device's: ``model/dropout.py``).
 """
 from __future__ import annotations
 
@@ -14,10 +16,11 @@ import pytest
 import torch
 
 import fairseq_hybrid  # noqa: F401  (installs the patches)
-from cli import model_args, prepared_sample, run_tool, train_args
+from cli import model_args, run_tool, train_args
 from helpers import make_dictionary
 
-UPDATES = 10  # 300 pairs at --max-tokens 1000: 6 batches an epoch, epoch 1 ends at update 6
+UPDATES = 10  # the 400 pairs of sample_data at --max-tokens 1000: 6 batches an epoch,
+# epoch 1 ends at update 6
 
 
 def batches_built_at(epoch: int, rebuild: bool = False) -> list:
@@ -48,9 +51,9 @@ def test_a_resumed_epoch_gets_the_first_epochs_batches():
     assert batches_built_at(3, rebuild=True) != first
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return prepared_sample(tmp_path_factory.mktemp("epochs"), train=300, valid=20, test=10)
+@pytest.fixture
+def data(sample_data):
+    return sample_data  # conftest: binarized once per session
 
 
 def args(data, save_dir, devices, *extra):
@@ -82,6 +85,16 @@ def weights(path) -> dict:
     return torch.load(path, map_location="cpu")["model"]
 
 
+@pytest.fixture(scope="module")
+def whole(sample_data, tmp_path_factory):
+    """The uninterrupted run on one device (run once; tests only read): its log and its
+    last checkpoint's path."""
+    save = tmp_path_factory.mktemp("whole")
+    run = run_tool("fairseq-train", args(sample_data, save, "cpu", "--max-update", str(UPDATES)),
+                   cwd=sample_data)
+    return run.stdout, save / "checkpoint_last.pt"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("devices,stops", [
     # epoch end reached by --max-epoch, then a mid-epoch checkpoint in epoch 2
@@ -89,28 +102,26 @@ def weights(path) -> dict:
     # epoch end reached by --max-update (the issue's 6 + 4)
     ("cpu,cpu", [("--max-update", "6"), ("--max-update", "10")]),
 ])
-def test_resume_at_and_after_an_epoch_end_is_exact(data, tmp_path, devices, stops):
-    whole = run_tool("fairseq-train", args(data, tmp_path / "whole", devices, "--max-update",
-                                           str(UPDATES)), cwd=data)
-    assert sorted(perplexities(whole.stdout)) == list(range(1, UPDATES + 1))
+def test_resume_at_and_after_an_epoch_end_is_exact(data, tmp_path, whole, devices, stops):
+    whole_log, whole_checkpoint = whole
+    assert sorted(perplexities(whole_log)) == list(range(1, UPDATES + 1))
 
     resumed, valid = {}, {}
     for stop in stops:
         run = run_tool("fairseq-train", args(data, tmp_path / "resumed", devices, *stop), cwd=data)
         resumed.update(perplexities(run.stdout))
         valid.update(validation_losses(run.stdout))
-    expected_valid = validation_losses(whole.stdout)  # at the epoch end and the last update
+    expected_valid = validation_losses(whole_log)  # at the epoch end and the last update
     assert sorted(expected_valid) == [6, UPDATES]
-    final, expected = weights(tmp_path / "resumed/checkpoint_last.pt"), weights(
-        tmp_path / "whole/checkpoint_last.pt")
+    final, expected = weights(tmp_path / "resumed/checkpoint_last.pt"), weights(whole_checkpoint)
     if devices == "cpu":  # bit for bit
-        assert resumed == perplexities(whole.stdout)
+        assert resumed == perplexities(whole_log)
         assert {u: valid[u] for u in expected_valid} == expected_valid  # (a stop validates too)
         assert all(torch.equal(final[name], expected[name]) for name in expected)
     else:  # two uninterrupted cpu,cpu runs already differ by ~1e-7 in the weights (the
         # engine's summation order); without the fix the difference is ~1e-3, ppl +-0.5
-        assert resumed.keys() == perplexities(whole.stdout).keys()
-        for update, ppl in perplexities(whole.stdout).items():
+        assert resumed.keys() == perplexities(whole_log).keys()
+        for update, ppl in perplexities(whole_log).items():
             assert abs(resumed[update] - ppl) <= 0.011, (update, resumed[update], ppl)
         for name in expected:
             torch.testing.assert_close(final[name], expected[name], rtol=0, atol=2e-6)
