@@ -10,8 +10,11 @@ what the plugin reads from the binarized files."""
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -95,18 +98,22 @@ def test_a_data_directory_without_what_generate_reads_is_one_line(sample_data, t
             parse(data, tmp_path, tool="interactive")
 
 
-@pytest.mark.slow
-def test_an_empty_split_is_one_line(tmp_path):
-    """fairseq translated nothing and ended with a ZeroDivisionError."""
-    from cli import preprocess, write_sample_subset
+def test_an_empty_split_is_one_line(sample_data, tmp_path):
+    """fairseq translated nothing and ended with a ZeroDivisionError. The empty split is
+    what fairseq-preprocess writes for empty text files: fairseq's own builder, finalized
+    with no sentence, beside the sample's dictionaries and other splits."""
+    from fairseq.data import indexed_dataset
 
-    write_sample_subset(tmp_path / "raw", train=20, valid=5, test=5)
+    data = tmp_path / "bin"
+    shutil.copytree(sample_data / "bin", data)
     for lang in ("en", "de"):
-        (tmp_path / "raw" / f"test.{lang}").write_text("")
-    preprocess(tmp_path / "raw", tmp_path / "bin")
+        prefix = data / f"test.en-de.{lang}"
+        builder = indexed_dataset.make_builder(f"{prefix}.bin", "mmap", vocab_size=3008)
+        builder.finalize(f"{prefix}.idx")
+    assert (data / "test.en-de.en.bin").stat().st_size == 0  # the split really is empty
     with pytest.raises(HybridConfigError, match=re.escape(
             "--gen-subset 'test': the split has no sentences")):
-        parse(tmp_path / "bin", tmp_path)
+        parse(data, tmp_path)
 
 
 def test_interactive_batch_size_above_its_buffer_is_one_line(sample_data, tmp_path):
@@ -253,32 +260,67 @@ def generate(data: Path, path: Path, *extra: str):
                                          *extra], cwd=data, check=False)
 
 
+def interactive(root: Path, data: Path, path: Path, stdin: bytes, *extra: str):
+    """fairseq-interactive as ``cli.run_tool`` runs it, reading ``stdin`` strictly as UTF-8,
+    as Python does in most UTF-8 locales (here forced)."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", PYTHONIOENCODING="utf-8:strict")
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    proc = subprocess.run([str(Path(sys.executable).parent / "fairseq-interactive"), str(data / "bin"),
+                           "--user-dir", USER_DIR, "--path", str(path), "--beam", "2", "--max-len-b", "5",
+                           *extra], input=stdin, capture_output=True, cwd=root, env=env, timeout=300)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(), proc.stderr.decode())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["hybrid", "lstm"])
-def test_interactive_skips_an_over_long_line_and_translates_the_rest(checkpoints, sample_data, model):
-    """fairseq: AssertionError on the long line; the lines after it were never translated."""
+def test_interactive_skips_an_over_long_line_reads_a_non_utf8_byte_and_translates_the_rest(
+        checkpoints, sample_data, model):
+    """fairseq: AssertionError on the long line, and a UnicodeDecodeError on the byte that is
+    not UTF-8 (line 2, Latin-1) before translating even the line before it; the lines after
+    either were never translated. The plugin skips the long line with one warning and reads
+    the byte as an unknown character."""
     root, found = checkpoints
-    lines = ["Hello .", " ".join(["word"] * 12), "Thank you .", "Good bye ."]
+    stdin = b"Hello .\n" + b" ".join([b"word"] * 12) + b"\nK\xe4se bitte .\nThank you .\nGood bye .\n"
     for limit in (["--max-tokens", "8"], ["--max-source-positions", "8"]):
-        proc = run_tool("fairseq-interactive", [
-            str(sample_data / "bin"), "--user-dir", USER_DIR, "--path", str(found[model]), "--beam", "2",
-            "--max-len-b", "5", *limit], cwd=root, stdin="\n".join(lines) + "\n")
-        assert sorted({int(line.split("\t")[0][2:]) for line in hypotheses(proc.stdout)}) == [0, 2, 3]
+        proc = interactive(root, sample_data, found[model], stdin, *limit)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        for prefix in ("H-", "D-"):
+            assert sorted(int(line.split("\t")[0][2:]) for line in hypotheses(proc.stdout, (prefix,))) == [0, 2, 3, 4]
         warnings = [line for line in proc.stderr.splitlines() + proc.stdout.splitlines() if "skipped" in line]
         assert len(warnings) == 1 and f"longer than {limit[0]} 8 allows (the longest has 13 tokens" in warnings[0]
 
 
+REFUSED = ((["--max-tokens", "10"], "--max-tokens 10 is smaller than"),
+           (["--max-source-positions", "5"], "--max-source-positions 5 is smaller than"),
+           (["--nbest", "5"], "--nbest 5 is not allowed with --beam 2"))  # fairseq: 2 each
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["hybrid", "lstm"])
-def test_generate_refuses_before_writing_and_skips_when_asked(checkpoints, sample_data, tmp_path, model):
+def test_generate_refuses_before_writing(checkpoints, sample_data, tmp_path, monkeypatch):
+    """The options are refused once parsed, before fairseq creates --results-path or loads a
+    model: the command (hybrid_lstm's checkpoint) prints one line, and the same refusal comes
+    in this process with fairseq's lstm (fairseq-generate's own ``cli_main``)."""
+    from fairseq_cli import generate as fairseq_generate
+
     _, found = checkpoints
     results = tmp_path / "results"
-    for extra, start in ((["--max-tokens", "10"], "--max-tokens 10 is smaller than"),
-                         (["--max-source-positions", "5"], "--max-source-positions 5 is smaller than"),
-                         (["--nbest", "5"], "--nbest 5 is not allowed with --beam 2")):  # fairseq: 2 each
-        line = only_line(generate(sample_data, found[model], *extra, "--results-path", str(results)))
+    for extra, start in REFUSED:
+        line = only_line(generate(sample_data, found["hybrid"], *extra, "--results-path", str(results)))
         assert line.startswith(f"fairseq_hybrid: error: {start}")
         assert not results.exists()  # fairseq left an empty generate-test.txt
+        monkeypatch.setattr("sys.argv", ["fairseq-generate", str(sample_data / "bin"), "--user-dir", USER_DIR,
+                                         "--path", str(found["lstm"]), "--gen-subset", "test", "--max-len-b", "5",
+                                         "--beam", "2", *extra, "--results-path", str(results)])
+        with pytest.raises(HybridConfigError) as error:
+            fairseq_generate.cli_main()
+        assert str(error.value) == line
+        assert not results.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["hybrid", "lstm"])
+def test_generate_skips_exactly_the_long_pairs_when_asked(checkpoints, sample_data, model):
+    _, found = checkpoints
     pairs = np.maximum(lengths(sample_data, "test", "en"), lengths(sample_data, "test", "de"))
     proc = generate(sample_data, found[model], "--max-tokens", "10", "--skip-invalid-size-inputs-valid-test")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -313,23 +355,3 @@ def test_an_unreadable_option_value_is_one_line_not_the_usage(sample_data, check
     assert only_line(proc) == ("fairseq_hybrid: error: argument --buffer-size: invalid int value: '' "
                                "(see fairseq-interactive --help)")
     assert "usage:" not in proc.stderr
-
-
-@pytest.mark.slow
-def test_interactive_reads_a_byte_that_is_not_utf8_as_an_unknown_character(checkpoints, sample_data):
-    """Python reads standard input strictly in most UTF-8 locales (here forced): fairseq ended
-    the session with a UnicodeDecodeError before translating even the line before it."""
-    import os
-    import subprocess
-    import sys
-
-    root, found = checkpoints
-    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", PYTHONIOENCODING="utf-8:strict")
-    proc = subprocess.run([str(Path(sys.executable).parent / "fairseq-interactive"), str(sample_data / "bin"),
-                           "--user-dir", USER_DIR, "--path", str(found["lstm"]), "--beam", "2", "--max-len-b", "5"],
-                          input=b"Hello .\nK\xe4se bitte .\nBye .\n", capture_output=True, cwd=root, env=env,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
-    out = proc.stdout.decode()
-    assert sorted(int(line.split("\t")[0][2:]) for line in hypotheses(out, ("D-",))) == [0, 1, 2]
-    assert "Traceback" not in proc.stderr.decode()

@@ -314,20 +314,17 @@ def test_the_wmt_recipes_quality_stage_runs_the_study_with_the_recipes_settings(
     assert bad.returncode == 1 and "MAX_UPDATE=20000 is not a multiple of SAVE_INTERVAL=3000" in bad.stderr
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from cli import prepared_sample
-
-    return prepared_sample(tmp_path_factory.mktemp("tiny"), train=300, valid=40, test=40)
-
-
 @pytest.mark.slow
-def test_quick_end_to_end_stores_runs_reports_and_a_rerun_trains_nothing(tiny, tmp_path, capsys):
+def test_quick_end_to_end_stores_runs_reports_and_a_rerun_trains_nothing(sample_data, tmp_path, capsys):
+    """On the suite's shared 400/20/20 sample (conftest.sample_data); 100 bootstrap resamples
+    (the report's machinery, not its precision, is checked here)."""
+    tiny = sample_data
     common = ["--quick", "--if-seeds", "0", "--data", str(tiny / "bin"), "--work", str(tmp_path / "work"),
-              "--name", "tiny", "--reference", str(tiny / "raw/test.de"), "--source", str(tiny / "raw/test.en")]
+              "--name", "tiny", "--reference", str(tiny / "raw/test.de"), "--source", str(tiny / "raw/test.en"),
+              "--samples", "100"]
     quality.main(common + ["--out", str(tmp_path / "out")])
     report = json.loads((tmp_path / "out/tiny.json").read_text())
-    assert report["partial"] is None and report["test_sentences"] == 40
+    assert report["partial"] is None and report["test_sentences"] == 20
     assert [(r["model"], r["seed"]) for r in report["runs"]] == [("lstm", 1), ("hybrid", 1)]
     params = {r["model"]: r["parameters"] for r in report["runs"]}
     assert params["lstm"] > params["hybrid"]  # input feeding widens decoder layer 0
@@ -344,7 +341,7 @@ def test_quick_end_to_end_stores_runs_reports_and_a_rerun_trains_nothing(tiny, t
         assert run["speed"]["tokens_per_second"] is None or run["speed"]["tokens_per_second"] > 0
         assert set(run["lenpen_valid_bleu"]) == {"1.0", "1.4"} and run["best_lenpen"] in (1.0, 1.4)
         _, hyps = Store(tmp_path / "out/runs/tiny", tmp_path / "work/tiny").load(run["model"], 1)
-        assert len(hyps["test@default"]) == 40 and len(hyps["probe@default"]) == len(groups)
+        assert len(hyps["test@default"]) == 20 and len(hyps["probe@default"]) == len(groups)
         assert run["measures"]["BLEU"] == pytest.approx(sacrebleu.corpus_bleu(hyps["test@default"], [refs]).score,
                                                         abs=0.005)
         probe_refs = join(refs, groups)
@@ -353,7 +350,7 @@ def test_quick_end_to_end_stores_runs_reports_and_a_rerun_trains_nothing(tiny, t
         assert not (tmp_path / f"work/tiny/{run['model']}-seed1/checkpoints").exists()  # removed once stored
     entry = report["comparisons"]["hybrid - lstm"]["measures"]["BLEU"]
     assert entry["welch"]["ci95"] is None and entry["verdict"] == "no difference detected"  # one seed each
-    assert entry["bootstrap"]["seeds"] == [1, 1]
+    assert entry["bootstrap"]["seeds"] == [1, 1] and entry["bootstrap"]["samples"] == 100
     markdown = (tmp_path / "out/tiny.md").read_text(encoding="utf-8")
     assert "![quality study](tiny.png)" in markdown and "made-up probe" in markdown
     assert (tmp_path / "out/tiny.png").stat().st_size > 10_000

@@ -1,15 +1,19 @@
 """The WMT14/WMT17 en-de recipes, offline: a tiny fake mirror (tests/fake_wmt_mirror.py)
-in the real archive layouts, fetched through MIRROR=file://..., end to end to BLEU on the
-CPU with a tiny model; plus resumed and corrupted downloads, an unreachable mirror, re-runs
-that skip, DRY_RUN, and one-line errors for bad settings."""
+in the real archive layouts, fetched through MIRROR=file://... (WMT14, resuming a download
+left half done) or http://... (WMT17), end to end to BLEU on the CPU with a tiny model; plus
+corrupted downloads, an unreachable mirror, re-runs that skip, DRY_RUN, and one-line errors
+for bad settings."""
 from __future__ import annotations
 
+import functools
+import http.server
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Dict, Optional
@@ -73,10 +77,17 @@ def lines(path: Path) -> list:
     return path.read_text(encoding="utf-8").splitlines()
 
 
-def test_wmt14_end_to_end_on_the_fake_mirror_then_a_rerun_skips_every_stage(mirror, tmp_path):
+def test_wmt14_end_to_end_on_the_fake_mirror_resuming_a_download_then_a_rerun_skips_every_stage(mirror, tmp_path):
     data = tmp_path / "wmt14"
     env = tiny_env(mirror, data, CHECKPOINT="avg", AVG_N="2")
-    ok(run_recipe("wmt14_en_de", "all", env))
+    # an interrupted download: half of Europarl is there; prepare goes on from its last byte
+    archive = (mirror / "training-parallel-europarl-v7.tgz").read_bytes()
+    (data / "downloads").mkdir(parents=True)
+    (data / "downloads" / "training-parallel-europarl-v7.tgz.part").write_bytes(archive[: len(archive) // 2])
+    first = ok(run_recipe("wmt14_en_de", "all", env))
+    assert f"resuming at byte {len(archive) // 2}" in first.stderr
+    assert (data / "downloads" / "training-parallel-europarl-v7.tgz").read_bytes() == archive
+    assert (data / "raw" / ".done").exists()
 
     # prepare: the three corpora (400 pairs + 5 noisy ones each), test set from the sgm
     assert len(lines(data / "raw" / "train.en")) == len(lines(data / "raw" / "train.de")) == 3 * 405
@@ -121,11 +132,22 @@ def test_wmt14_end_to_end_on_the_fake_mirror_then_a_rerun_skips_every_stage(mirr
     assert "num_updates 40" in longer.stderr and "num_updates 10 " not in longer.stderr
 
 
-def test_wmt17_input_feeding_baseline_with_back_translation(mirror, tmp_path):
+def test_wmt17_input_feeding_baseline_with_back_translation_over_an_http_mirror(mirror, tmp_path):
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(mirror))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
     data = tmp_path / "wmt17"
     env = tiny_env(mirror, data, ARCH="lstm_luong_wmt_en_de", CHECKPOINT="best",
+                   MIRROR=f"http://127.0.0.1:{server.server_port}/",
                    BT_EN=str(mirror / "backtranslation.en.gz"), BT_DE=str(mirror / "backtranslation.de.gz"))
-    proc = ok(run_recipe("wmt17_en_de", "all", env))
+    try:
+        proc = ok(run_recipe("wmt17_en_de", "all", env))
+    finally:
+        server.shutdown()
+    assert f"from http://127.0.0.1:{server.server_port}/dev.tgz" in proc.stderr
+    assert (data / "raw" / ".done").exists()
     assert "backtranslation: 400 pairs" in proc.stderr
     assert len(lines(data / "raw" / "train.en")) == 4 * 405 + 400
     assert (data / "raw" / "test.name").read_text().strip() == "newstest2017"
@@ -133,17 +155,6 @@ def test_wmt17_input_feeding_baseline_with_back_translation(mirror, tmp_path):
     assert result["arch"] == "lstm_luong_wmt_en_de" and result["sentences"] == 40
     assert result["test_set"].startswith("newstest2017 (= sacrebleu -t wmt17")
     assert not (data / "results" / "lstm_luong_wmt_en_de-best-filtered.json").exists()
-
-
-def test_interrupted_download_resumes(mirror, tmp_path):
-    data = tmp_path / "d"
-    archive = (mirror / "training-parallel-europarl-v7.tgz").read_bytes()
-    (data / "downloads").mkdir(parents=True)
-    (data / "downloads" / "training-parallel-europarl-v7.tgz.part").write_bytes(archive[: len(archive) // 2])
-    proc = ok(run_recipe("wmt14_en_de", "prepare", mirror_env(mirror, data)))
-    assert f"resuming at byte {len(archive) // 2}" in proc.stderr
-    assert (data / "downloads" / "training-parallel-europarl-v7.tgz").read_bytes() == archive
-    assert (data / "raw" / ".done").exists()
 
 
 def test_corrupted_archive_fails_its_checksum_naming_the_url(mirror, tmp_path):
@@ -256,23 +267,3 @@ def test_back_translations_count_in_the_disk_space_check(mirror, tmp_path):
     assert line.startswith(f"error: not enough disk space in {data / 'downloads'}: about 40000"), line
     assert "and the back-translations" in line
     assert not list((data / "downloads").iterdir())
-
-
-def test_http_mirror(mirror, tmp_path):
-    import functools
-    import http.server
-    import threading
-
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(mirror))
-    handler.log_message = lambda *args: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        data = tmp_path / "d"
-        env = dict(mirror_env(mirror, data), MIRROR=f"http://127.0.0.1:{server.server_port}/")
-        proc = ok(run_recipe("wmt14_en_de", "prepare", env))
-        assert f"from http://127.0.0.1:{server.server_port}/dev.tgz" in proc.stderr
-        assert (data / "raw" / ".done").exists()
-    finally:
-        server.shutdown()

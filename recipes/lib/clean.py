@@ -29,7 +29,6 @@ from collections import Counter
 from typing import Callable, Dict, Optional, Tuple
 
 import regex
-from sacremoses import MosesPunctNormalizer
 from tqdm import tqdm
 
 NON_PRINTING = regex.compile(r"\p{C}")  # remove-non-printing-char.perl: s/\p{C}/ /g
@@ -98,6 +97,8 @@ def run(src: str, tgt: str, out_prefix: str, rule: Rule, stats_path: Optional[st
 
 def text_rule(src_lang: str, tgt_lang: str, filter_: bool, max_words: int,
               max_ratio: float) -> Rule:
+    from sacremoses import MosesPunctNormalizer  # deferred: 0.4 s to import; subwords never needs it
+
     norm_src, norm_tgt = MosesPunctNormalizer(lang=src_lang), MosesPunctNormalizer(lang=tgt_lang)
     seen: set = set()
 

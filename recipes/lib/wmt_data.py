@@ -27,8 +27,6 @@ import urllib.parse
 import urllib.request
 from typing import Dict, Iterator, List, Tuple
 
-from sacrebleu.dataset.fake_sgml import FakeSGMLDataset
-
 
 def fail(message: str) -> None:
     sys.exit(f"error: {message}")
@@ -132,6 +130,8 @@ def extract(archive: str, pairs: List[str]) -> None:
                                              delete=False) as tmp:
                 shutil.copyfileobj(stream, tmp, 1 << 20)
             if member.endswith(".sgm"):  # WMT's fake SGML, converted as sacrebleu does
+                from sacrebleu.dataset.fake_sgml import FakeSGMLDataset  # deferred: 0.2 s; only .sgm needs it
+
                 plain = tmp.name + ".txt"
                 FakeSGMLDataset._convert_format(FakeSGMLDataset, tmp.name, plain)
                 os.replace(plain, tmp.name)
