@@ -234,10 +234,15 @@ class CliSetup:
     device: str  # "cuda:0" or "cpu"
     test_sentences: int
     model_options: List[str]
+    quick: bool = False
+    # each checkpoint's fairseq-generate --cpu hypotheses, as a training check got them
+    cpu_hypotheses: Dict[str, Dict[int, str]] = field(default_factory=dict)
 
 
 def train_options(setup: CliSetup, save_dir: Path, precision: Optional[str], updates: int,
                   devices: Optional[str] = None) -> List[str]:
+    """``updates`` of them, a loss logged every fifth (every second in the CPU's 4-update
+    --quick: two logged losses either way)."""
     devices = devices or f"{setup.device},{setup.device}"
     return [
         str(setup.data), "--user-dir", USER_DIR, "--arch", "hybrid_lstm",
@@ -246,7 +251,7 @@ def train_options(setup: CliSetup, save_dir: Path, precision: Optional[str], upd
         "--label-smoothing", "0.1", "--optimizer", "torch_adam", "--lr", "0.003", "--clip-norm", "1.0",
         "--max-tokens", "1500", "--max-update", str(updates), "--seed", "1",
         "--disable-validation", "--num-workers", "0", "--log-format", "json",
-        "--log-interval", "5", "--save-dir", str(save_dir), "--no-epoch-checkpoints",
+        "--log-interval", "2" if updates < 10 else "5", "--save-dir", str(save_dir), "--no-epoch-checkpoints",
         *([f"--{precision}"] if precision else []),
     ]
 
@@ -282,7 +287,7 @@ def train_check(setup: CliSetup, precision: Optional[str], updates: int) -> Tupl
     checkpoint = save_dir / "checkpoint_last.pt"
     if not checkpoint.is_file():
         raise CheckFailed(f"no {checkpoint.name} written", data)
-    hypotheses = generate(setup, checkpoint, on_cpu=True)
+    hypotheses = setup.cpu_hypotheses[str(checkpoint)] = generate(setup, checkpoint, on_cpu=True)
     data["cpu_hypotheses"] = len(hypotheses)
     if len(hypotheses) != setup.test_sentences:
         raise CheckFailed(f"reloaded on the CPU, generate translated {len(hypotheses)} of "
@@ -310,7 +315,9 @@ def generate_check(setup: CliSetup) -> Tuple[str, Dict[str, Any]]:
     checkpoint = setup.work / "ckpt-fp32" / "checkpoint_last.pt"
     if not checkpoint.is_file():
         raise CheckFailed("needs the fp32 training check's checkpoint, which is missing")
-    cpu = generate(setup, checkpoint, on_cpu=True)
+    # --quick: the fp32 check's translation on the CPU (the same command on the same file)
+    cpu = setup.cpu_hypotheses.get(str(checkpoint)) if setup.quick else None
+    cpu = cpu if cpu is not None else generate(setup, checkpoint, on_cpu=True)
     if setup.device.startswith("cuda"):
         other, label = generate(setup, checkpoint, on_cpu=False), setup.device
     else:  # no GPU: the model's layers spread over two CPU devices while translating
@@ -347,8 +354,8 @@ def run(device: Optional[str], quick: bool, work: Path) -> Dict[str, Any]:
     setup = CliSetup(data, work, env, cli_device, test_sentences,
                      ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "64",
                       "--encoder-hidden-size", "64", "--decoder-embed-dim", "64",
-                      "--decoder-hidden-size", "64", "--decoder-out-embed-dim", "64"])
-    updates = 10 if quick and not on_gpu else 30
+                      "--decoder-hidden-size", "64", "--decoder-out-embed-dim", "64"], quick)
+    updates = 4 if quick and not on_gpu else 30
     for precision in ("fp16", "bf16", "amp", None):
         checks.append(run_check(f"train-{precision or 'fp32'}",
                                 lambda p=precision: train_check(setup, p, updates)))

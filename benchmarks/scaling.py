@@ -178,11 +178,12 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
     def measure_matmul() -> None:
         if devices[0] == "cpu":
             for count in sorted({1, threads // max(1, len(devices)), threads}):
-                matmul.setdefault(f"cpu_{count}_threads_runs", []).append(matmul_flops_per_second(count))
+                matmul.setdefault(f"cpu_{count}_threads_runs", []).append(
+                    matmul_flops_per_second(count, args.matmul_size))
         else:
             for device in dict.fromkeys(devices):
                 matmul.setdefault(f"{device}_runs", []).append(
-                    matmul_flops_per_second(1, device=torch.device(device)))
+                    matmul_flops_per_second(1, args.matmul_size, device=torch.device(device)))
 
     measure_matmul()
     updates = schedule["log_interval"] * (1 + schedule["intervals"])
@@ -291,6 +292,7 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
         "preset": args.preset, "devices": devices, "data": str(data), "vocab": vocab,
         "lengths": asdict(stats), "optimizer": args.optimizer, "process_env": process_env,
         "schedule": {**schedule, "updates_per_run": updates},
+        "matmul_size": args.matmul_size,
         "matmul_flops_per_s": {k: v for k, v in matmul.items() if not k.endswith("_runs")},
         "matmul_runs": {k: v for k, v in matmul.items() if k.endswith("_runs")},
         "training": training, "ratios": ratios, "largest_batch": largest, "generation": generation,
@@ -388,6 +390,9 @@ def main(argv: Optional[List[str]] = None) -> None:
                         help="every process keeps freed memory (glibc MALLOC_MMAP_MAX_=0) instead of "
                         "page-faulting large tensors in each step")
     parser.add_argument("--chunk-tokens", type=int, default=1024, help="head chunk for the memory comparison")
+    parser.add_argument("--matmul-size", type=int, default=2048,
+                        help="side of the square matrix product whose FLOP/s is the MFU's peak (a "
+                        "smaller one is faster to measure and has a lower peak: only for checking the run)")
     parser.add_argument("--work", default=str(ROOT / "work/bench"))
     parser.add_argument("--out", default=str(ROOT / "results/bench"))
     parser.add_argument("--name", help="report name (default scaling-<preset>-<devices>)")
@@ -402,8 +407,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     if unknown:
         parser.error(f"--only {args.only!r}: unknown configuration(s) {sorted(unknown)}; "
                      f"allowed: {','.join(sorted(keys))}")
-    if args.chunk_tokens < 1:
-        parser.error(f"--chunk-tokens {args.chunk_tokens}: must be >= 1")
+    for option, value in (("--chunk-tokens", args.chunk_tokens), ("--matmul-size", args.matmul_size)):
+        if value < 1:
+            parser.error(f"{option} {value}: must be >= 1")
     devices = parse_devices(args.devices)
     if args.largest_batch and devices[0] == "cpu":
         parser.error("--largest-batch needs CUDA devices (on the CPU the batch is bounded by time, not memory)")

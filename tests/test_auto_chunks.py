@@ -90,11 +90,13 @@ def test_fairseq_train_auto_equals_the_k_it_chose_update_for_update(sample_data,
 
     data = sample_data  # conftest: binarized once per session
 
-    def train(name, *chunks):
-        args = train_args(data / "bin", model_args(32, 2, "--dropout", "0.3"), "--hybrid-devices", "cpu,cpu",
+    def args(name, *chunks):
+        return train_args(data / "bin", model_args(32, 2, "--dropout", "0.3"), "--hybrid-devices", "cpu,cpu",
                           "--max-update", "8", "--log-format", "json", "--log-interval", "1",
                           "--seed", "3", "--no-save", *chunks, save_dir=tmp_path / name)
-        proc = run_tool("fairseq-train", args, cwd=data)
+
+    def train(name, *chunks):
+        proc = run_tool("fairseq-train", args(name, *chunks), cwd=data)
         return proc.stdout + proc.stderr
 
     auto = train("auto", "--pipeline-chunks", "auto")
@@ -106,8 +108,16 @@ def test_fairseq_train_auto_equals_the_k_it_chose_update_for_update(sample_data,
     losses = train_losses(auto)
     assert sorted(losses) == list(range(1, 9))
     assert losses == train_losses(explicit)
-    # several devices and no --pipeline-chunks: auto is the default
-    assert "(auto)" in train("default")
+    # several devices and no --pipeline-chunks: auto is the default. fairseq-train's own
+    # parser (the plugin's checks included) gives the run without the option exactly the
+    # options of the auto run above, so that run is this one
+    from fairseq import options
+
+    def parsed(*chunks):
+        return vars(options.parse_args_and_arch(options.get_training_parser(), args("same", *chunks)))
+
+    assert parsed() == parsed("--pipeline-chunks", "auto")
+    assert parsed()["pipeline_chunks"] != parsed("--pipeline-chunks", match.group(1))["pipeline_chunks"]
 
 
 def test_the_measurement_leaves_gradients_and_random_state_alone():

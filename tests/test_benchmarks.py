@@ -128,6 +128,7 @@ def run_scaling(*args: str, cwd: Path = ROOT):
     (["--skip", "train,colour"], "unknown part(s) ['colour']"),
     (["--only", "a,z"], "unknown configuration(s) ['z']"),
     (["--largest-batch"], "--largest-batch needs CUDA devices"),
+    (["--matmul-size", "0"], "--matmul-size 0: must be >= 1"),
 ])
 def test_scaling_rejects_bad_input_in_one_line(tmp_path, capsys, args, message):
     """In this process (each a process start of ~3 s otherwise); the command's own output
@@ -152,14 +153,16 @@ def test_the_scaling_command_prints_a_bad_value_as_one_line(tmp_path):
 def test_scaling_end_to_end_writes_json_and_png(tmp_path):
     from cli import prepared_sample
 
-    # 60 pairs: an update of --max-tokens 4000 (the preset's) takes the whole set (~1,200 target
-    # tokens), a third of the work of a full batch; the checks are of the report, not the speed
-    data = prepared_sample(tmp_path / "sample", train=60, valid=10, test=10) / "bin"
+    # 20 pairs: an update of --max-tokens 4000 (the preset's) takes the whole set (~400 target
+    # tokens), a tenth of the work of a full batch; and the MFU's peak from a 512² matrix
+    # product instead of 2048² (1/64 of the work): the checks are of the report, not the speed
+    data = prepared_sample(tmp_path / "sample", train=20, valid=10, test=10) / "bin"
     proc = run_scaling("--quick", "--repeats", "1", "--only", "a,b", "--skip", "memory,model",
-                       "--data", str(data), "--work", str(tmp_path / "work"),
+                       "--matmul-size", "512", "--data", str(data), "--work", str(tmp_path / "work"),
                        "--out", str(tmp_path / "out"), "--name", "tiny")
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((tmp_path / "out/tiny.json").read_text())
+    assert report["matmul_size"] == 512 and report["schedule"]["updates_per_run"] == 12
     assert set(report["training"]) == {"a", "b"}
     for row in report["training"].values():
         assert row["target_tokens_per_s"] > 0 and len(row["runs"]) == 1

@@ -1,7 +1,8 @@
 """``make gpu-check`` on a machine without CUDA: the same checks on CPU devices at small
 sizes, exit 0, a JSON report that says no GPU was present; and its checks can fail. Its
 LSTM sweep (``benchmarks/lstm_sweep.py``): the fit recovers a known curve from synthetic
-times, and the sweep runs on the CPU at small sizes with output that parses."""
+times, the sweep runs on the CPU at small sizes (the gpu check's run) with output that
+parses and that ``pipeline_model --lstm-sweep`` reads, and its command line."""
 import json
 import os
 import subprocess
@@ -9,8 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from benchmarks import gpu_check, lstm_sweep
+from fairseq_hybrid.jsonio import write_json_atomic
 from fairseq_hybrid.planning.profiles import PROFILES
 
 slow = pytest.mark.slow  # end to end through fairseq's CLIs: make test runs it, -m "not slow" skips it
@@ -18,15 +21,30 @@ slow = pytest.mark.slow  # end to end through fairseq's CLIs: make test runs it,
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(scope="module")
+def gpu_check_run(tmp_path_factory, worker_id):
+    """``python -m benchmarks.gpu_check --quick`` without CUDA, run once per test run for the
+    tests that read it (pytest-xdist workers share it: the first runs it under a lock): its
+    JSON report and its output."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    out = (base if worker_id == "master" else base.parent) / "gpu-check"
+    with FileLock(str(out) + ".lock"):
+        if not (out / "stdout.txt").exists():
+            env = dict(os.environ, PYTHONWARNINGS="ignore", CUDA_VISIBLE_DEVICES="")
+            proc = subprocess.run(
+                [sys.executable, "-m", "benchmarks.gpu_check", "--quick", "--out", str(out)],
+                cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+            )
+            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+            (out / "stdout.txt").write_text(proc.stdout)
+    return json.loads((out / "gpu-check-cpu.json").read_text()), (out / "stdout.txt").read_text()
+
+
 @slow
-def test_gpu_check_without_cuda_runs_every_check_on_cpu_devices(tmp_path):
-    env = dict(os.environ, PYTHONWARNINGS="ignore", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.gpu_check", "--quick", "--out", str(tmp_path)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    report = json.loads((tmp_path / "gpu-check-cpu.json").read_text())
+def test_gpu_check_without_cuda_runs_every_check_on_cpu_devices(gpu_check_run):
+    report, stdout = gpu_check_run
     status = {check["name"]: check["status"] for check in report["checks"]}
     assert status == {
         "equivalence": "pass", "train-fp16": "skip", "train-bf16": "pass", "train-amp": "skip",
@@ -34,7 +52,7 @@ def test_gpu_check_without_cuda_runs_every_check_on_cpu_devices(tmp_path):
         "pipeline-model": "pass", "lstm-sweep": "pass",
     }
     assert report["gpu"] is None and "NO GPU WAS PRESENT" in report["note"]
-    assert "NO GPU WAS PRESENT" in proc.stdout and "| equivalence | pass |" in proc.stdout
+    assert "NO GPU WAS PRESENT" in stdout and "| equivalence | pass |" in stdout
     checks = {check["name"]: check for check in report["checks"]}
     cases = checks["equivalence"]["data"]["cases"]
     assert [(c["devices"], c["chunks"]) for c in cases] == [
@@ -50,7 +68,7 @@ def test_gpu_check_without_cuda_runs_every_check_on_cpu_devices(tmp_path):
     sweep = checks["lstm-sweep"]["data"]
     assert [p["batch"] for p in sweep["points"]] == [16, 32, 64, 128, 256]
     assert sweep["settings"]["dtype"] == "float32" and "NO GPU" in sweep["note"]
-    assert "| 256 |" in proc.stdout and "LSTM curves measured" in proc.stdout
+    assert "| 256 |" in stdout and "LSTM curves measured" in stdout
 
 
 @slow
@@ -142,15 +160,14 @@ def test_a_sweep_with_no_recurrent_time_left_or_bad_settings_is_one_line():
 
 
 @slow
-def test_the_sweep_runs_on_the_cpu_and_the_pipeline_model_reads_its_curves(tmp_path):
-    env = dict(os.environ, PYTHONWARNINGS="ignore", CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
-    sweep_json, model_json = tmp_path / "sweep.json", tmp_path / "model.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.lstm_sweep", "--device", "cpu", "--hidden", "32",
-         "--steps", "8", "--repeats", "7", "--profiles", "h100-sxm", "--json", str(sweep_json)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    report = json.loads(sweep_json.read_text())
+def test_the_sweep_runs_on_the_cpu_and_the_pipeline_model_reads_its_curves(gpu_check_run, tmp_path):
+    """The gpu check's CPU sweep is ``lstm_sweep --device cpu --hidden 32 --steps 8 --repeats
+    7 --profiles h100-sxm`` on one torch thread; its report, written as ``--json`` writes it,
+    is what ``pipeline_model --lstm-sweep`` reads. The sweep's own command line: below."""
+    gpu_report, stdout = gpu_check_run
+    report = next(c for c in gpu_report["checks"] if c["name"] == "lstm-sweep")["data"]
+    assert report["settings"] == {"device": "cpu", "dtype": "float32", "hidden": 32, "steps": 8,
+                                  "batches": [16, 32, 64, 128, 256], "repeats": 7}
     assert [p["batch"] for p in report["points"]] == [16, 32, 64, 128, 256]
     for point in report["points"]:
         assert 0 < point["projection_forward_s"] < point["layer_forward_s"] < point["layer_training_s"]
@@ -160,16 +177,40 @@ def test_the_sweep_runs_on_the_cpu_and_the_pipeline_model_reads_its_curves(tmp_p
     assert [r[0] for r in training["residuals"]] == [16, 32, 64, 128, 256]
     assert set(report["profiles"]) == {"measured", *PROFILES}
     assert report["profiles"]["h100-sxm"]["hidden"] == 512  # nearest published to 32
-    table_rows = [line for line in proc.stdout.splitlines() if line.startswith("| 256 |")]
+    table_rows = [line for line in stdout.splitlines() if line.startswith("| 256 |")]
     assert len(table_rows) == 2  # training and forward
     assert len(table_rows[0].split("|")) == 2 + 5 + len(PROFILES)
     measured = report["pipeline"]["h100-sxm"]["rows"]["measured"]
-    # the same curves through pipeline_model's --lstm-sweep give the same predictions
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.pipeline_model", "--profile", "h100-sxm", "--preset", "wmt",
-         "--devices", "1,2,4", "--lstm-sweep", str(sweep_json), "--json", str(model_json)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    sweep_json, model_json = tmp_path / "sweep.json", tmp_path / "model.json"
+    write_json_atomic(report, sweep_json)
+    # the same curves through pipeline_model's --lstm-sweep give the same predictions (its
+    # command line in this process; as a command: tests/test_gpu_model.py)
+    from benchmarks.pipeline_model import main as pipeline_model
+
+    pipeline_model(["--profile", "h100-sxm", "--preset", "wmt", "--devices", "1,2,4",
+                    "--lstm-sweep", str(sweep_json), "--json", str(model_json)])
     model = json.loads(model_json.read_text())
     assert model["links"]["profile's link"]["rows"] == measured
     assert "LSTM curves: fitted to 5 CPU (1 torch thread(s)) float32 hidden 32" in model["profile"]["note"]
+
+
+@slow
+def test_the_sweeps_command_line_writes_the_settings_it_was_given(tmp_path, capsys):
+    """``python -m benchmarks.lstm_sweep``'s options reach the sweep, its table is printed
+    and its JSON written (in this process, on one torch thread as the gpu check runs it)."""
+    out = tmp_path / "sweep.json"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        lstm_sweep.main(["--device", "cpu", "--hidden", "32", "--steps", "6", "--batches",
+                         "16,64,256", "--repeats", "7", "--profiles", "v100", "--json", str(out)])
+    finally:
+        torch.set_num_threads(threads)
+    report = json.loads(out.read_text())
+    assert report["settings"] == {"device": "cpu", "dtype": "float32", "hidden": 32, "steps": 6,
+                                  "batches": [16, 64, 256], "repeats": 7}
+    assert [p["recurrent_flops"] for p in report["points"]] == [2 * 4 * 32 * 32 * 6 * b for b in (16, 64, 256)]
+    assert set(report["pipeline"]) == {"v100"}
+    printed = capsys.readouterr().out
+    assert len([line for line in printed.splitlines() if line.startswith("| 256 |")]) == 2
+    assert f"wrote {out}" in printed
