@@ -62,7 +62,14 @@ def test_gpu_check_without_cuda_runs_every_check_on_cpu_devices(gpu_check_run):
     assert len(losses) >= 2 and losses[-1] < losses[0]
     assert checks["train-fp32"]["data"]["cpu_hypotheses"] == 40
     rows = checks["speed"]["data"]["rows"]
-    assert rows["hybrid"]["target_tokens_per_s"] > 0 and 0 < rows["hybrid"]["mfu"] < 1
+    assert rows["hybrid"]["target_tokens_per_s"] > 0 and rows["hybrid"]["mfu"] > 0
+    # MFU is the model's FLOP/s over the matrix product's measured peak; on a loaded CPU the
+    # quick check's short peak measurement can come out below the training's rate (MFU > 1
+    # seen beside other work), so the test checks the arithmetic, not a bound on the machine
+    peak = checks["speed"]["data"]["matmul_flops_per_s"]
+    for row in rows.values():
+        assert row["mfu"] == pytest.approx(
+            row["model_flops_per_target_token"] * row["target_tokens_per_s"] / peak, rel=1e-9)
     host = checks["pipeline-model"]["data"]["host_times"]  # 4+4 layers, 4 chunks: 32 cells
     assert host["tasks_per_step"]["cell_forward"] == 32 and host["seconds"]["cell_forward"] > 0
     sweep = checks["lstm-sweep"]["data"]
