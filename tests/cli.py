@@ -137,18 +137,25 @@ def train_error_in_process(args: List[str], monkeypatch) -> str:
     subprocess."""
     from fairseq_cli import train
 
+    return cli_error_in_process("fairseq-train", train.cli_main, args, monkeypatch)
+
+
+def cli_error_in_process(command: str, main, args: List[str], monkeypatch) -> str:
+    """The one line fairseq's ``main`` (the ``cli_main`` of ``command``) stops with when run
+    in this process on ``args``: a ``SystemExit``'s text, or the one line the command line
+    prints for the exception it raised; an AssertionError when it does not fail."""
     from fairseq_hybrid.errors import hybrid_error_in
 
-    monkeypatch.setattr(sys, "argv", ["fairseq-train", *args])
+    monkeypatch.setattr(sys, "argv", [command, *args])
     try:
-        train.cli_main()
+        main()
     except SystemExit as stopped:
         return str(stopped.code)
     except Exception as error:  # noqa: BLE001 - the command line prints it as one line
         line = hybrid_error_in(error)
         assert line is not None, f"not a one-line error: {error!r}"
         return str(line)
-    raise AssertionError(f"fairseq-train {' '.join(args)} did not fail")
+    raise AssertionError(f"{command} {' '.join(args)} did not fail")
 
 
 def train_in_process(args: List[str], monkeypatch) -> Exception:
@@ -176,18 +183,7 @@ def generate_error_in_process(args: List[str], monkeypatch) -> str:
     command prints the same kind of error (one line, exit 1, no traceback)."""
     from fairseq_cli import generate
 
-    from fairseq_hybrid.errors import hybrid_error_in
-
-    monkeypatch.setattr(sys, "argv", ["fairseq-generate", *args])
-    try:
-        generate.cli_main()
-    except SystemExit as stopped:
-        return str(stopped.code)
-    except Exception as error:  # noqa: BLE001 - the command line prints it as one line
-        line = hybrid_error_in(error)
-        assert line is not None, f"not a one-line error: {error!r}"
-        return str(line)
-    raise AssertionError(f"fairseq-generate {' '.join(args)} did not fail")
+    return cli_error_in_process("fairseq-generate", generate.cli_main, args, monkeypatch)
 
 
 def hydra_error_in_process(config_dir: Path, config: str, overrides: Sequence[str]) -> str:

@@ -45,6 +45,22 @@ def pytest_collection_modifyitems(config, items):
                                  -LONGEST_FIRST.get(item.path.name, 0)))
 
 
+def shared_sample(tmp_path_factory, worker_id: str, name: str, train: int, valid: int, test: int):
+    """A binarized subset of the bundled corpus (``cli.prepared_sample``) made once per run
+    and shared by every pytest-xdist worker: the first one prepares it under a lock."""
+    from cli import prepared_sample
+    from filelock import FileLock
+
+    if worker_id == "master":  # not under xdist
+        return prepared_sample(tmp_path_factory.mktemp(name), train=train, valid=valid, test=test)
+    shared = tmp_path_factory.getbasetemp().parent / name
+    with FileLock(str(shared) + ".lock"):
+        if not (shared / ".prepared").exists():
+            prepared_sample(shared, train=train, valid=valid, test=test)
+            (shared / ".prepared").touch()
+    return shared
+
+
 @pytest.fixture(scope="session")
 def sample_data(tmp_path_factory, worker_id):
     """The bundled corpus's first 400/20/20 train/valid/test pairs, binarized once per
@@ -52,17 +68,7 @@ def sample_data(tmp_path_factory, worker_id):
     pytest-xdist worker too (the first one prepares it under a lock): each
     fairseq-preprocess run is a process start of several seconds. Tests write their
     checkpoints under their own tmp_path, never here."""
-    from cli import prepared_sample
-    from filelock import FileLock
-
-    if worker_id == "master":  # not under xdist
-        return prepared_sample(tmp_path_factory.mktemp("sample"), train=400, valid=20, test=20)
-    shared = tmp_path_factory.getbasetemp().parent / "sample"
-    with FileLock(str(shared) + ".lock"):
-        if not (shared / ".prepared").exists():
-            prepared_sample(shared, train=400, valid=20, test=20)
-            (shared / ".prepared").touch()
-    return shared
+    return shared_sample(tmp_path_factory, worker_id, "sample", train=400, valid=20, test=20)
 
 
 @pytest.fixture(scope="session")
@@ -71,14 +77,4 @@ def small_sample_data(tmp_path_factory, worker_id):
     (raw/ and bin/) like ``sample_data`` and shared by the xdist workers the same way: one
     batch an epoch at --max-tokens 1000, and a dictionary other than sample_data's. Tests
     only read it."""
-    from cli import prepared_sample
-    from filelock import FileLock
-
-    if worker_id == "master":  # not under xdist
-        return prepared_sample(tmp_path_factory.mktemp("small_sample"), train=40, valid=10, test=6)
-    shared = tmp_path_factory.getbasetemp().parent / "small_sample"
-    with FileLock(str(shared) + ".lock"):
-        if not (shared / ".prepared").exists():
-            prepared_sample(shared, train=40, valid=10, test=6)
-            (shared / ".prepared").touch()
-    return shared
+    return shared_sample(tmp_path_factory, worker_id, "small_sample", train=40, valid=10, test=6)
