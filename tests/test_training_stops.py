@@ -228,7 +228,8 @@ def test_a_second_training_on_a_save_dir_is_refused_and_a_killed_holders_lock_is
     finally:
         first.kill()
         first.wait(60)
-    assert not [name for name in os.listdir(save) if name.endswith(".tmp")]
+    # SIGKILL may land inside a save: its temporary file then stays (nothing can remove it),
+    # while checkpoint_last.pt is the last whole one, which the third run resumes from
     saved = stops.saved_updates(str(save / "checkpoint_last.pt"))
     assert saved is not None and saved >= 2  # the first's, whole
     assert (save / save_dir_lock.LOCK_NAME).read_text().split()[0] == str(first.pid)
