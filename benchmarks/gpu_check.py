@@ -234,7 +234,6 @@ class CliSetup:
     device: str  # "cuda:0" or "cpu"
     test_sentences: int
     model_options: List[str]
-    quick: bool = False
     # each checkpoint's fairseq-generate --cpu hypotheses, as a training check got them
     cpu_hypotheses: Dict[str, Dict[int, str]] = field(default_factory=dict)
 
@@ -315,8 +314,8 @@ def generate_check(setup: CliSetup) -> Tuple[str, Dict[str, Any]]:
     checkpoint = setup.work / "ckpt-fp32" / "checkpoint_last.pt"
     if not checkpoint.is_file():
         raise CheckFailed("needs the fp32 training check's checkpoint, which is missing")
-    # --quick: the fp32 check's translation on the CPU (the same command on the same file)
-    cpu = setup.cpu_hypotheses.get(str(checkpoint)) if setup.quick else None
+    # the fp32 check's translation on the CPU (the same command on the same file), if it got that far
+    cpu = setup.cpu_hypotheses.get(str(checkpoint))
     cpu = cpu if cpu is not None else generate(setup, checkpoint, on_cpu=True)
     if setup.device.startswith("cuda"):
         other, label = generate(setup, checkpoint, on_cpu=False), setup.device
@@ -354,7 +353,7 @@ def run(device: Optional[str], quick: bool, work: Path) -> Dict[str, Any]:
     setup = CliSetup(data, work, env, cli_device, test_sentences,
                      ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "64",
                       "--encoder-hidden-size", "64", "--decoder-embed-dim", "64",
-                      "--decoder-hidden-size", "64", "--decoder-out-embed-dim", "64"], quick)
+                      "--decoder-hidden-size", "64", "--decoder-out-embed-dim", "64"])
     updates = 4 if quick and not on_gpu else 30
     for precision in ("fp16", "bf16", "amp", None):
         checks.append(run_check(f"train-{precision or 'fp32'}",
