@@ -9,7 +9,7 @@ import pytest
 
 from fairseq_hybrid.tools.advice_report import command_line, scheme_command, scheme_title
 from fairseq_hybrid.jsonio import write_json_atomic
-from fairseq_hybrid.chunking.chunk_choice import LinearCost, cell_times_for
+from fairseq_hybrid.chunking.chunk_choice import TIE_TOLERANCE, LinearCost, cell_times_for
 from fairseq_hybrid.planning.recommend import (
     Prediction, allreduce_s, batch_knee, best_balance, best_chunks, device_knee, memory_limit, replica_knee,
     with_fitted_cells,
@@ -175,7 +175,8 @@ def test_advise_cli_on_the_sample(sample_data, tmp_path):
     ddp = schemes["rows"][1]
     assert (ddp["processes"], ddp["devices_per_process"], ddp["max_tokens_per_process"]) == (2, 1, 200)
     best = max(item["predicted_tokens_per_s"] for item in schemes["rows"])
-    winner = next(item for item in schemes["rows"] if item["predicted_tokens_per_s"] * 1.02 >= best)
+    winner = next(item for item in schemes["rows"]
+                  if item["predicted_tokens_per_s"] * (1 + TIE_TOLERANCE) >= best)  # the simpler of a tie
     assert schemes["fastest"] == winner["scheme"]
     row = next(r for r in report["recommendations"] if r["setting"] == "parallelism")
     assert row["tokens_per_s"] == winner["predicted_tokens_per_s"]
