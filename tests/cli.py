@@ -6,22 +6,35 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 REPO = Path(__file__).resolve().parent.parent
 USER_DIR = str(REPO / "fairseq_hybrid")
 SAMPLE = REPO / "data" / "ende-sample"
+CONFIG_DIR = REPO / "recipes" / "config"  # the Hydra configs the recipes train with
 BIN = Path(sys.executable).parent
 
 
-def run_tool(tool: str, args: List[str], cwd: Path, stdin: Optional[str] = None,
-             check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
-    env.pop("CUDA_VISIBLE_DEVICES", None)
+def tool_env(**extra: str) -> Dict[str, str]:
+    """The environment of the tools the tests start: warnings off, one OpenMP thread each."""
+    return dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", **extra)
+
+
+def run_tool(tool: str, args: List[str], cwd: Path, stdin: Optional[Union[str, bytes]] = None,
+             check: bool = True, timeout: int = 600,
+             env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+    """``tool`` of this venv on ``args`` (no GPU visible); ``stdin`` text, or bytes passed as
+    they are; ``env``: variables added to ``tool_env``'s. Its output as text."""
+    full_env = tool_env(**(env or {}))
+    full_env.pop("CUDA_VISIBLE_DEVICES", None)
+    raw = isinstance(stdin, bytes)
     proc = subprocess.run(
-        [str(BIN / tool), *args], cwd=cwd, input=stdin, capture_output=True, text=True,
-        env=env, timeout=timeout,
+        [str(BIN / tool), *args], cwd=cwd, input=stdin, capture_output=True, text=not raw,
+        env=full_env, timeout=timeout,
     )
+    if raw:
+        proc = subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(),
+                                           proc.stderr.decode())
     if check and proc.returncode != 0:
         raise AssertionError(
             f"{tool} exited {proc.returncode}\nSTDOUT:\n{proc.stdout[-4000:]}\n"
@@ -98,7 +111,7 @@ def run_ranks(tool: str, args: List[str], world_size: int, cwd: Path, timeout: i
     """Start ``world_size`` processes of one distributed job on this machine (gloo over
     loopback) and wait for all of them."""
     port = free_port()
-    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    env = tool_env()
     procs = [
         subprocess.Popen(
             [str(BIN / tool), *args, "--distributed-world-size", str(world_size),
@@ -121,6 +134,24 @@ def run_ranks(tool: str, args: List[str], world_size: int, cwd: Path, timeout: i
         if result.returncode != 0:
             raise AssertionError(f"{tool} rank exited {result.returncode}:\n{result.stderr[-4000:]}")
     return results
+
+
+def made_once(tmp_path_factory, worker_id: str, name: str, make: Callable[[Path], None]) -> Path:
+    """The folder ``name`` that ``make(folder)`` fills, made once per test run and shared by
+    every pytest-xdist worker (the first one makes it, under a lock; the others read it):
+    for the results of runs of several seconds that tests only read."""
+    from filelock import FileLock
+
+    if worker_id == "master":  # not under xdist
+        folder = tmp_path_factory.mktemp(name)
+        make(folder)
+        return folder
+    folder = tmp_path_factory.getbasetemp().parent / name
+    with FileLock(str(folder) + ".lock"):
+        if not (folder / ".made").exists():
+            make(folder)
+            (folder / ".made").touch()
+    return folder
 
 
 def prepared_sample(root: Path, train: int, valid: int, test: int) -> Path:
@@ -186,30 +217,38 @@ def generate_error_in_process(args: List[str], monkeypatch) -> str:
     return cli_error_in_process("fairseq-generate", generate.cli_main, args, monkeypatch)
 
 
-def hydra_error_in_process(config_dir: Path, config: str, overrides: Sequence[str]) -> str:
-    """The one line ``fairseq-hydra-train --config-dir config_dir --config-name config
-    overrides`` stops with when the plugin's Hydra callback refuses the run, in this process:
-    the config composed as that command composes it (fairseq's schema registered by
-    ``hydra_init``; Hydra's version base 1.1, as under fairseq's ``@hydra.main``; with the
-    ``hydra`` node, whose ``overrides.task`` the callback reads), then the callback
-    (``HybridRunSetup.on_run_start``), which Hydra runs before it writes anything. A test
-    module that uses it names the subprocess test that checks the real command (one line,
-    exit 1, nothing written)."""
+def hydra_composed(config: str, overrides: Sequence[str], return_hydra_config: bool = False,
+                   config_dir: Path = CONFIG_DIR):
+    """The config ``fairseq-hydra-train --config-dir config_dir --config-name config
+    overrides`` composes, without running it (fairseq's schema registered by ``hydra_init``;
+    Hydra's version base 1.1, as under fairseq's ``@hydra.main``); with Hydra's own ``hydra``
+    node (the overrides under hydra.overrides.task) if ``return_hydra_config``."""
     from fairseq.dataclass.initialize import hydra_init
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.version import VersionBase
 
-    from fairseq_hybrid.plugin.hydra_callback import HybridRunSetup
-
     version_base = VersionBase.instance().getbase()
     hydra_init(config)
     try:
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.1"):
-            composed = compose(config, overrides=list(overrides), return_hydra_config=True)
-    finally:  # process-global: fairseq's own in-process composition needs the old base
+            return compose(config, overrides=list(overrides), return_hydra_config=return_hydra_config)
+    finally:  # process-global: fairseq's own in-process composition refuses a base >= 1.2
         VersionBase.instance().version_base = version_base
         GlobalHydra.instance().clear()
+
+
+def hydra_error_in_process(config: str, overrides: Sequence[str], config_dir: Path = CONFIG_DIR) -> str:
+    """The one line ``fairseq-hydra-train --config-dir config_dir --config-name config
+    overrides`` stops with when the plugin's Hydra callback refuses the run, in this process:
+    the config composed as that command composes it (``hydra_composed``, with the ``hydra``
+    node, whose ``overrides.task`` the callback reads), then the callback
+    (``HybridRunSetup.on_run_start``), which Hydra runs before it writes anything. A test
+    module that uses it names the subprocess test that checks the real command (one line,
+    exit 1, nothing written)."""
+    from fairseq_hybrid.plugin.hydra_callback import HybridRunSetup
+
+    composed = hydra_composed(config, overrides, return_hydra_config=True, config_dir=config_dir)
     try:
         HybridRunSetup().on_run_start(composed)
     except SystemExit as stopped:

@@ -47,18 +47,11 @@ def pytest_collection_modifyitems(config, items):
 
 def shared_sample(tmp_path_factory, worker_id: str, name: str, train: int, valid: int, test: int):
     """A binarized subset of the bundled corpus (``cli.prepared_sample``) made once per run
-    and shared by every pytest-xdist worker: the first one prepares it under a lock."""
-    from cli import prepared_sample
-    from filelock import FileLock
+    and shared by every pytest-xdist worker (``cli.made_once``)."""
+    from cli import made_once, prepared_sample
 
-    if worker_id == "master":  # not under xdist
-        return prepared_sample(tmp_path_factory.mktemp(name), train=train, valid=valid, test=test)
-    shared = tmp_path_factory.getbasetemp().parent / name
-    with FileLock(str(shared) + ".lock"):
-        if not (shared / ".prepared").exists():
-            prepared_sample(shared, train=train, valid=valid, test=test)
-            (shared / ".prepared").touch()
-    return shared
+    return made_once(tmp_path_factory, worker_id, name,
+                     lambda folder: prepared_sample(folder, train=train, valid=valid, test=test))
 
 
 @pytest.fixture(scope="session")

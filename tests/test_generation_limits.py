@@ -10,11 +10,8 @@ what the plugin reads from the binarized files."""
 from __future__ import annotations
 
 import logging
-import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -261,14 +258,11 @@ def generate(data: Path, path: Path, *extra: str):
 
 
 def interactive(root: Path, data: Path, path: Path, stdin: bytes, *extra: str):
-    """fairseq-interactive as ``cli.run_tool`` runs it, reading ``stdin`` strictly as UTF-8,
-    as Python does in most UTF-8 locales (here forced)."""
-    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", PYTHONIOENCODING="utf-8:strict")
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    proc = subprocess.run([str(Path(sys.executable).parent / "fairseq-interactive"), str(data / "bin"),
-                           "--user-dir", USER_DIR, "--path", str(path), "--beam", "2", "--max-len-b", "5",
-                           *extra], input=stdin, capture_output=True, cwd=root, env=env, timeout=300)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(), proc.stderr.decode())
+    """fairseq-interactive reading ``stdin`` strictly as UTF-8, as Python does in most UTF-8
+    locales (here forced)."""
+    return run_tool("fairseq-interactive", [str(data / "bin"), "--user-dir", USER_DIR, "--path", str(path),
+                                            "--beam", "2", "--max-len-b", "5", *extra],
+                    cwd=root, stdin=stdin, check=False, timeout=300, env={"PYTHONIOENCODING": "utf-8:strict"})
 
 
 @pytest.mark.slow

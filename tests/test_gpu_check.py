@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from benchmarks import gpu_check, lstm_sweep
+from cli import made_once
 from fairseq_hybrid.jsonio import write_json_atomic
 from fairseq_hybrid.planning.profiles import PROFILES
 
@@ -26,19 +27,16 @@ def gpu_check_run(tmp_path_factory, worker_id):
     """``python -m benchmarks.gpu_check --quick`` without CUDA, run once per test run for the
     tests that read it (pytest-xdist workers share it: the first runs it under a lock): its
     JSON report and its output."""
-    from filelock import FileLock
+    def run(out: Path) -> None:
+        env = dict(os.environ, PYTHONWARNINGS="ignore", CUDA_VISIBLE_DEVICES="")
+        proc = subprocess.run(
+            [sys.executable, "-m", "benchmarks.gpu_check", "--quick", "--out", str(out)],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+        )
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        (out / "stdout.txt").write_text(proc.stdout)
 
-    base = tmp_path_factory.getbasetemp()
-    out = (base if worker_id == "master" else base.parent) / "gpu-check"
-    with FileLock(str(out) + ".lock"):
-        if not (out / "stdout.txt").exists():
-            env = dict(os.environ, PYTHONWARNINGS="ignore", CUDA_VISIBLE_DEVICES="")
-            proc = subprocess.run(
-                [sys.executable, "-m", "benchmarks.gpu_check", "--quick", "--out", str(out)],
-                cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
-            )
-            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-            (out / "stdout.txt").write_text(proc.stdout)
+    out = made_once(tmp_path_factory, worker_id, "gpu-check", run)
     return json.loads((out / "gpu-check-cpu.json").read_text()), (out / "stdout.txt").read_text()
 
 

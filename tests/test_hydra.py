@@ -14,11 +14,10 @@ import pytest
 import torch
 import yaml
 
-from cli import BIN, REPO, USER_DIR, hypotheses, run_tool
+from cli import BIN, CONFIG_DIR, REPO, USER_DIR, hydra_composed, hydra_error_in_process, hypotheses, run_tool
 
 pytestmark = pytest.mark.slow  # end to end through fairseq's CLIs: make test runs it, -m "not slow" skips it
 
-CONFIG_DIR = REPO / "recipes" / "config"
 CONFIGS = ("hybrid_lstm", "hybrid_lstm_wmt_en_de")
 # what fairseq-hydra-train (Hydra itself) would leave in the directory it runs from
 HYDRA_LEFTOVERS = (".hydra", "outputs", "multirun", "hydra_train.log")
@@ -131,41 +130,14 @@ def test_bad_values_stop_with_one_line_before_anything_is_written(data, tmp_path
      "--ddp-backend pytorch_ddp is not allowed with 2 --hybrid-devices in one process"),
 ])
 def test_bad_values_are_the_callbacks_one_line_before_the_job(data, tmp_path, overrides, message):
-    """The callback on the config Hydra composes from these overrides, in this process:
-    the exit with one line that Hydra passes through (how fairseq-hydra-train prints it:
-    the test above), and nothing written."""
-    from fairseq_hybrid.plugin.hydra_callback import HybridRunSetup
-
+    """The callback on the config Hydra composes from these overrides, in this process
+    (``cli.hydra_error_in_process``): the exit with one line that Hydra passes through (how
+    fairseq-hydra-train prints it: the test above), and nothing written."""
     save = tmp_path / "never"
-    cfg = composed("hybrid_lstm", [f"task.data={data / 'bin'}", f"checkpoint.save_dir={save}", *overrides],
-                   return_hydra_config=True)
-    with pytest.raises(SystemExit) as stopped:
-        HybridRunSetup().on_run_start(cfg)
-    line = str(stopped.value.code)
+    line = hydra_error_in_process("hybrid_lstm", [f"task.data={data / 'bin'}", f"checkpoint.save_dir={save}",
+                                                  *overrides])
     assert line.startswith("fairseq_hybrid: error: ") and message in line and "\n" not in line
     assert not save.exists()
-
-
-def composed(config: str, overrides, return_hydra_config: bool = False):
-    """The config fairseq-hydra-train composes (without running it); with Hydra's own
-    ``hydra`` node (the overrides under hydra.overrides.task) if ``return_hydra_config``."""
-    from fairseq.dataclass.initialize import hydra_init
-    from hydra import compose, initialize_config_dir
-
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.version import VersionBase
-
-    version_base = VersionBase.instance().getbase()
-    hydra_init(config)
-    try:
-        # "1.1": what fairseq-hydra-train's @hydra.main (no version_base) runs under. The
-        # version base is process-global; fairseq's later in-process composition
-        # (hydra.experimental.initialize) refuses a base >= 1.2, so it is restored too.
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.1"):
-            return compose(config, overrides=list(overrides), return_hydra_config=return_hydra_config)
-    finally:
-        VersionBase.instance().version_base = version_base
-        GlobalHydra.instance().clear()
 
 
 def test_adaptations_for_several_gpus_on_the_composed_config(monkeypatch):
@@ -180,7 +152,7 @@ def test_adaptations_for_several_gpus_on_the_composed_config(monkeypatch):
 
     monkeypatch.setattr(DistributedTrainingConfig.__dataclass_fields__["distributed_world_size"], "default", 4)
     overrides = ["task.data=x", "common.fp16=true"]
-    cfg = composed("hybrid_lstm_wmt_en_de", overrides)
+    cfg = hydra_composed("hybrid_lstm_wmt_en_de", overrides)
     with open_dict(cfg):
         cfg.distributed_training.distributed_world_size = 4
         adapt_fairseq_config(cfg, cuda_devices=4, devices=4, argv=explicit_options(cfg, overrides))
@@ -189,7 +161,7 @@ def test_adaptations_for_several_gpus_on_the_composed_config(monkeypatch):
     assert cfg.common.fp16_no_flatten_grads is True
 
     overrides = ["task.data=x", "distributed_training.distributed_world_size=2"]
-    cfg = composed("hybrid_lstm_wmt_en_de", overrides)
+    cfg = hydra_composed("hybrid_lstm_wmt_en_de", overrides)
     argv = explicit_options(cfg, overrides)
     assert "--distributed-world-size=2" in argv
     with open_dict(cfg):
@@ -314,11 +286,11 @@ def test_pipeline_chunks_auto_is_a_value_of_the_configs_key():
     from fairseq_hybrid.plugin.hydra_callback import normalise_pipeline_chunks
 
     for overrides, expected in (([], 0), (["model.pipeline_chunks=auto"], 0), (["model.pipeline_chunks=5"], 5)):
-        cfg = composed("hybrid_lstm", ["task.data=x", *overrides])
+        cfg = hydra_composed("hybrid_lstm", ["task.data=x", *overrides])
         with open_dict(cfg):
             normalise_pipeline_chunks(cfg)
         assert cfg.model.pipeline_chunks == expected, overrides
-    cfg = composed("hybrid_lstm", ["task.data=x", "model.pipeline_chunks=many"])
+    cfg = hydra_composed("hybrid_lstm", ["task.data=x", "model.pipeline_chunks=many"])
     with pytest.raises(HybridConfigError, match="model.pipeline_chunks 'many' is not allowed: an integer >= 1"):
         with open_dict(cfg):
             normalise_pipeline_chunks(cfg)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import fairseq_hybrid  # noqa: F401  (installs the patches)
-from cli import REPO, hydra_error_in_process, model_args, run_tool, train_args, train_error_in_process
+from cli import hydra_error_in_process, model_args, run_tool, train_args, train_error_in_process
 from fairseq_hybrid.errors import HybridConfigError, HybridRuntimeError
 from fairseq_hybrid.plugin import checkpoints, patience
 
@@ -269,9 +269,6 @@ def test_the_command_line_prints_one_line_also_when_fairseq_rewraps_it():
 
 
 # ------------------------------------------------------------------ fairseq-hydra-train
-CONFIG_DIR = REPO / "recipes" / "config"
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("override,train_option", [
     ("common.fp16=true", ["--fp16"]),  # skipped by the Hydra path before
@@ -291,7 +288,7 @@ def test_hydra_refuses_what_fairseq_train_refuses_with_the_same_line(data, tmp_p
     tests/test_cli.py (a parse-time check of the same list, ``checks.run_checks``)."""
     save = tmp_path / "never"
     monkeypatch.chdir(data)
-    line = hydra_error_in_process(CONFIG_DIR, "hybrid_lstm", [
+    line = hydra_error_in_process("hybrid_lstm", [
         f"task.data={data / 'bin'}", f"checkpoint.save_dir={save}", override])
     assert line.startswith("fairseq_hybrid: error: ") and "\n" not in line, line
     assert not save.exists()
@@ -313,7 +310,7 @@ def test_hydra_train_prints_the_callbacks_line_before_writing_anything(data, tmp
     overrides = [f"task.data={data / 'bin'}", f"checkpoint.save_dir={save}", "model.encoder_layers=abc"]
     hydra = hydra_train("hybrid_lstm", overrides, check=False)
     assert hydra.returncode == 1
-    assert only_line(hydra) == hydra_error_in_process(CONFIG_DIR, "hybrid_lstm", overrides)
+    assert only_line(hydra) == hydra_error_in_process("hybrid_lstm", overrides)
     assert only_line(hydra).startswith("fairseq_hybrid: error: model.encoder_layers 'abc' is not allowed")
     assert not save.exists() and leftovers() == []
 
