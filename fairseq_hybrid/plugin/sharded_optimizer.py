@@ -20,7 +20,7 @@ fairseq's own rules stay: with ``--fp16`` it needs ``--fp16-no-flatten-grads`` (
 buffer cannot be dealt out by parameter). With one data-parallel process there is nothing to
 share: the optimizer is left whole, with one log line. The optimizer class lives in
 ``zero_redundancy.py``, imported only when a run shards: ``torch.distributed.optim`` takes
-~0.7 s to import, which every fairseq command given ``--user-dir`` would otherwise pay.
+~1 s to import, which every fairseq command given ``--user-dir`` would otherwise pay.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def shard_with_torch(optimizer: Any, group: Any) -> None:
         logger.info("--zero-sharding os: one data-parallel process, nothing to share; the "
                     "optimizer keeps its whole state")
         return
-    from .zero_redundancy import FairseqZeroRedundancyOptimizer  # deferred: ~0.7 s import
+    from .zero_redundancy import FairseqZeroRedundancyOptimizer  # deferred: ~1 s import
 
     wrapped = optimizer.optimizer
     if isinstance(wrapped, FairseqZeroRedundancyOptimizer):

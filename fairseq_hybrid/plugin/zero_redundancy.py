@@ -1,7 +1,7 @@
 """``FairseqZeroRedundancyOptimizer``: torch's ``ZeroRedundancyOptimizer`` with what fairseq's
 Trainer calls on fairscale's sharded optimizer (``sharded_optimizer.py`` installs it for
 ``--zero-sharding os`` and imports this module only when a run shards: importing
-``torch.distributed.optim`` costs every process ~0.7 s).
+``torch.distributed.optim`` costs every process ~1 s).
 """
 from __future__ import annotations
 
