@@ -1,12 +1,16 @@
 """Run fairseq's command-line tools the way a user does (subprocesses of this venv)."""
 from __future__ import annotations
 
+import io
 import json
+import locale
 import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Union
+
+import forkserver
 
 REPO = Path(__file__).resolve().parent.parent
 USER_DIR = str(REPO / "fairseq_hybrid")
@@ -20,6 +24,18 @@ def tool_env(**extra: str) -> Dict[str, str]:
     return dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", **extra)
 
 
+def as_text(output: bytes) -> str:
+    """Output as ``subprocess.run(text=True)`` reads it (locale encoding, universal newlines)."""
+    return io.TextIOWrapper(io.BytesIO(output), encoding=locale.getpreferredencoding(False)).read()
+
+
+def plain_tool_env() -> Dict[str, str]:
+    """``tool_env`` as ``run_tool`` gives it to a command without added variables."""
+    env = tool_env()
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return env
+
+
 def run_tool(tool: str, args: List[str], cwd: Path, stdin: Optional[Union[str, bytes]] = None,
              check: bool = True, timeout: int = 600,
              env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
@@ -27,14 +43,15 @@ def run_tool(tool: str, args: List[str], cwd: Path, stdin: Optional[Union[str, b
     they are; ``env``: variables added to ``tool_env``'s. Its output as text."""
     full_env = tool_env(**(env or {}))
     full_env.pop("CUDA_VISIBLE_DEVICES", None)
-    raw = isinstance(stdin, bytes)
-    proc = subprocess.run(
-        [str(BIN / tool), *args], cwd=cwd, input=stdin, capture_output=True, text=not raw,
-        env=full_env, timeout=timeout,
-    )
-    if raw:
-        proc = subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(),
-                                           proc.stderr.decode())
+    argv = [str(BIN / tool), *args]
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    forks = forkserver.server(plain_tool_env())
+    if forks is not None and forks.serves(argv, full_env):
+        proc = forks.run(argv, cwd, data, timeout, full_env)
+    else:
+        proc = subprocess.run(argv, cwd=cwd, input=data, capture_output=True, env=full_env, timeout=timeout)
+    decode = bytes.decode if isinstance(stdin, bytes) else as_text
+    proc = subprocess.CompletedProcess(proc.args, proc.returncode, decode(proc.stdout), decode(proc.stderr))
     if check and proc.returncode != 0:
         raise AssertionError(
             f"{tool} exited {proc.returncode}\nSTDOUT:\n{proc.stdout[-4000:]}\n"
@@ -112,24 +129,32 @@ def run_ranks(tool: str, args: List[str], world_size: int, cwd: Path, timeout: i
     loopback) and wait for all of them."""
     port = free_port()
     env = tool_env()
-    procs = [
-        subprocess.Popen(
-            [str(BIN / tool), *args, "--distributed-world-size", str(world_size),
-             "--distributed-rank", str(rank), "--distributed-backend", "gloo",
-             "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-no-spawn"],
-            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        for rank in range(world_size)
-    ]
-    results = []
-    try:
-        for proc in procs:
-            out, err = proc.communicate(timeout=timeout)
-            results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
+    argvs = [[str(BIN / tool), *args, "--distributed-world-size", str(world_size),
+              "--distributed-rank", str(rank), "--distributed-backend", "gloo",
+              "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-no-spawn"]
+             for rank in range(world_size)]
+    forks = forkserver.server(plain_tool_env())
+    if forks is not None and forks.serves(argvs[0], env):
+        started = [forks.start(argv, cwd, env=env) for argv in argvs]
+        try:
+            results = [subprocess.CompletedProcess(proc.args, proc.returncode, as_text(proc.stdout),
+                                                   as_text(proc.stderr))
+                       for proc in (one.wait(timeout) for one in started)]
+        finally:
+            for one in started:
+                one.kill()
+    else:
+        procs = [subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for argv in argvs]
+        results = []
+        try:
+            for proc in procs:
+                out, err = proc.communicate(timeout=timeout)
+                results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
     for result in results:
         if result.returncode != 0:
             raise AssertionError(f"{tool} rank exited {result.returncode}:\n{result.stderr[-4000:]}")
