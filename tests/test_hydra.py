@@ -220,9 +220,9 @@ def test_sample_recipe_trains_two_cpu_devices_through_hydra_and_fairseq_train_re
     binarized(data, work / "bin")
     before = leftovers()
     proc = recipe("sample/run.sh", "train", {
-        "FRONTEND": "hydra", "WORK": str(work), "TRAIN_MINUTES": "30", "MAX_TOKENS": "400",
+        "FRONTEND": "hydra", "WORK": str(work), "TRAIN_MINUTES": "30", "MAX_TOKENS": "400", "MAX_UPDATE": "3",
         "DEVICE_ARGS": " ".join([*SMALL, 'model.hybrid_devices="cpu,cpu"', "model.pipeline_chunks=3",
-                                 "optimization.max_update=3", "common.log_interval=1"]),
+                                 "common.log_interval=1"]),
     })
     assert proc.returncode == 0, proc.stderr[-3000:]
     save = work / "checkpoints"

@@ -57,6 +57,12 @@ def test_a_stage_before_the_one_it_reads_is_one_line(tmp_path, stage, needs):
     ("WORK={tmp}/file", "WORK='{tmp}/file' is a file, not a directory"),
     ("RESULTS={tmp}/file", "RESULTS='{tmp}/file' is a file, not a directory"),
     ("FORCE=yes", "FORCE='yes': use 1 (yes) or 0 (no)"),  # was read as 0
+    ("MAX_UPDATE=0", "MAX_UPDATE='0': must be an integer >= 1"),
+    ("INTERVAL=25O", "INTERVAL='25O': must be an integer >= 1"),
+    ("CHECKPOINT=first", "CHECKPOINT='first': use best, last or avg (average of the last AVG_N saved)"),
+    ("AVG_N=-1", "AVG_N='-1': must be an integer >= 1"),
+    ("LENPEN=-1", "LENPEN='-1': must be a number >= 0"),
+    ("MAX_LEN_B=1.5", "MAX_LEN_B='1.5': must be an integer >= 0"),
 ])
 def test_settings_the_recipe_cannot_use_are_one_line(tmp_path, setting, message):
     (tmp_path / "file").write_text("")
@@ -97,7 +103,7 @@ def test_a_failing_fairseq_generate_is_named_on_the_terminal(sample_data, tmp_pa
     (work / "checkpoints").mkdir()
     (work / "checkpoints" / "checkpoint_best.pt").write_bytes(b"not a checkpoint")
     (work / "checkpoints" / ".done").write_text("test\n")
-    proc = sample("generate", tmp_path, BEAM="1")
+    proc = sample("generate", tmp_path, BEAM="1", CHECKPOINT="best")
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: generate: fairseq-generate failed: fairseq_hybrid: error: "

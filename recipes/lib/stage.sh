@@ -41,6 +41,33 @@ require_done() {
   [ -f "$2/.done" ] || die "$1: $2 is not complete: run $3 first"
 }
 
+# require_checkpoint NAME: the setting NAME names the checkpoint to translate with: best, last
+# or avg (see generation_checkpoint).
+require_checkpoint() {
+  case "${!1}" in best|last|avg) ;;
+    *) die "$1='${!1}': use best, last or avg (average of the last AVG_N saved)" ;; esac
+}
+
+# generation_checkpoint KIND SAVE_DIR AVG_N TMP: print the checkpoint to translate with:
+# SAVE_DIR/checkpoint_best.pt or checkpoint_last.pt (KIND best, last), or (avg) the parameter
+# average of the last AVG_N checkpoint_<epoch>_<updates>.pt of SAVE_DIR, written to
+# TMP/checkpoint_avg.pt by recipes/lib/average.py. Call as ckpt=$(...) || exit 1.
+generation_checkpoint() {
+  local kind=$1 save_dir=$2 avg_n=$3 tmp=$4 ckpt saved=()
+  case "$kind" in
+    best|last) ckpt=$save_dir/checkpoint_$kind.pt ;;
+    avg)
+      mapfile -t saved < <(ls -1 "$save_dir" | grep -E '^checkpoint_[0-9]+_[0-9]+[.]pt$' | sort -t_ -k3 -n \
+                             | tail -n "$avg_n" | sed "s|^|$save_dir/|")
+      [ "${#saved[@]}" -gt 0 ] || die "generate: no checkpoint_<epoch>_<updates>.pt in $save_dir to average (use CHECKPOINT=best or last)"
+      log "generate: averaging the last ${#saved[@]} saved checkpoints: ${saved[*]##*/}"
+      ckpt=$tmp/checkpoint_avg.pt
+      python "$(dirname "${BASH_SOURCE[0]}")/average.py" --out "$ckpt" "${saved[@]}" >&2 || exit 1 ;;
+  esac
+  [ -f "$ckpt" ] || die "generate: $ckpt does not exist"
+  printf '%s\n' "$ckpt"
+}
+
 # require_int NAME... [-min N]: each setting NAME (a shell variable) is an integer >= N (1),
 # rewritten without leading zeros (bash arithmetic reads 08 as a bad octal number).
 require_int() {

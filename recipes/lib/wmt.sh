@@ -243,18 +243,7 @@ generate_stage() {
   local out=$GEN_DIR ckpt
   stage_needed "generate ($ARCH, $CHECKPOINT checkpoint)" "$out" "$SAVE_DIR" "the train stage (ARCH=$ARCH)" || return 0
   local tmp; tmp=$(stage_begin "$out")
-  case "$CHECKPOINT" in
-    best|last) ckpt=$SAVE_DIR/checkpoint_$CHECKPOINT.pt ;;
-    avg)
-      local saved=()
-      mapfile -t saved < <(ls -1 "$SAVE_DIR" | grep -E '^checkpoint_[0-9]+_[0-9]+[.]pt$' | sort -t_ -k3 -n \
-                             | tail -n "$AVG_N" | sed "s|^|$SAVE_DIR/|")
-      [ "${#saved[@]}" -gt 0 ] || die "generate: no checkpoint_<epoch>_<updates>.pt in $SAVE_DIR to average (use CHECKPOINT=best or last)"
-      log "generate: averaging the last ${#saved[@]} saved checkpoints: ${saved[*]##*/}"
-      ckpt=$tmp/checkpoint_avg.pt
-      python "$LIB/average.py" --out "$ckpt" "${saved[@]}" ;;
-  esac
-  [ -f "$ckpt" ] || die "generate: $ckpt does not exist"
+  ckpt=$(generation_checkpoint "$CHECKPOINT" "$SAVE_DIR" "$AVG_N" "$tmp") || exit 1
   local split subset logfile start
   for split in $(test_splits); do
     subset=test; logfile=$tmp/generate.log

@@ -72,8 +72,7 @@ wmt_validate() {
   case "$FRONTEND" in cli) ;;
     hydra) is_hybrid || die "FRONTEND=hydra trains the hybrid models (recipes/config/hybrid_lstm_wmt_en_de.yaml): ARCH='$ARCH' needs FRONTEND=cli" ;;
     *) die "FRONTEND='$FRONTEND': use cli (fairseq-train) or hydra (fairseq-hydra-train)" ;; esac
-  case "$CHECKPOINT" in best|last|avg) ;;
-    *) die "CHECKPOINT='$CHECKPOINT': use best, last or avg (average of the last AVG_N saved)" ;; esac
+  require_checkpoint CHECKPOINT
   case "$MIRROR" in ""|file://*|http://*|https://*) ;;
     *) die "MIRROR='$MIRROR': use a file://, http:// or https:// URL (files are fetched from MIRROR/<name>)" ;; esac
   [ -f "$CHECKSUMS" ] || die "CHECKSUMS='$CHECKSUMS': no such file"

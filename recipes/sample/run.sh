@@ -7,9 +7,12 @@
 #   bash recipes/sample/run.sh [all|spm|binarize|train|generate|score]
 # Each stage skips when its output is complete; FORCE=1 redoes it.
 # Settings (environment): WORK (work/sample), RESULTS (results/sample), SPM_VOCAB (3000),
-# TRAIN_MINUTES (15: at most; training stops earlier once the validation loss has not
-# improved for PATIENCE (5) validations), MAX_TOKENS (2000), LR (0.003), DROPOUT (0.3),
-# BEAM (5), SEED (1),
+# MAX_UPDATE (2500 updates; TRAIN_MINUTES (15) caps the time, and training stops earlier
+# once the validation loss has not improved for PATIENCE (5) validations), INTERVAL (250:
+# validate and save every this many updates), MAX_TOKENS (2000), LR (0.003), DROPOUT (0.3),
+# SEED (3), CHECKPOINT (avg: the parameter average of the last AVG_N (3) saved checkpoints;
+# or best, last), BEAM (5), LENPEN (1.0), MAX_LEN_A (1.5) and MAX_LEN_B (10: at most
+# a x source length + b tokens),
 # FRONTEND (cli: fairseq-train; hydra: fairseq-hydra-train with recipes/config/hybrid_lstm.yaml),
 # DEVICE_ARGS (extra training options: fairseq-train's, e.g. "--cpu", or with
 # FRONTEND=hydra Hydra overrides, e.g. "common.cpu=true").
@@ -21,13 +24,20 @@ DATA=$ROOT/data/ende-sample
 WORK=${WORK:-$ROOT/work/sample}
 RESULTS=${RESULTS:-$ROOT/results/sample}
 SPM_VOCAB=${SPM_VOCAB:-3000}
+MAX_UPDATE=${MAX_UPDATE:-2500}
 TRAIN_MINUTES=${TRAIN_MINUTES:-15}
 PATIENCE=${PATIENCE:-5}
+INTERVAL=${INTERVAL:-250}
 MAX_TOKENS=${MAX_TOKENS:-2000}
 LR=${LR:-0.003}
 DROPOUT=${DROPOUT:-0.3}
+SEED=${SEED:-3}
+CHECKPOINT=${CHECKPOINT:-avg}
+AVG_N=${AVG_N:-3}
 BEAM=${BEAM:-5}
-SEED=${SEED:-1}
+LENPEN=${LENPEN:-1.0}
+MAX_LEN_A=${MAX_LEN_A:-1.5}
+MAX_LEN_B=${MAX_LEN_B:-10}
 FRONTEND=${FRONTEND:-cli}
 DEVICE_ARGS=${DEVICE_ARGS:-}
 USER_DIR=$ROOT/fairseq_hybrid
@@ -44,8 +54,11 @@ for tool in python fairseq-preprocess "$TRAIN_TOOL" fairseq-generate; do require
 # the same one-line checks as the WMT recipes (recipes/lib/stage.sh), before any work
 require_positive TRAIN_MINUTES LR
 require_float fraction DROPOUT
+require_number LENPEN MAX_LEN_A
 require_int SPM_VOCAB MAX_TOKENS -min 100
-require_int BEAM
+require_int BEAM MAX_UPDATE INTERVAL AVG_N
+require_int MAX_LEN_B -min 0
+require_checkpoint CHECKPOINT
 require_int SEED -min 0
 require_int PATIENCE
 require_flag FORCE
@@ -86,21 +99,25 @@ train_stage() {
   stage_needed train "$out" "$WORK/bin" "the binarize stage" || return 0
   [ "${FORCE:-0}" = "1" ] && rm -rf "$out"
   mkdir -p "$out"   # no .tmp here: an interrupted training resumes from checkpoint_last.pt
-  log "train: hybrid_lstm (2+2 x 256) on $WORK/bin for at most ${TRAIN_MINUTES} min (patience ${PATIENCE} validations)"
+  log "train: hybrid_lstm (2+2 x 256) on $WORK/bin, $MAX_UPDATE updates (at most ${TRAIN_MINUTES} min; patience ${PATIENCE} validations of every $INTERVAL)"
   local hours; hours=$(python -c "print($TRAIN_MINUTES / 60)")
   local train=()
   if [ "$FRONTEND" = hydra ]; then   # the same settings, from recipes/config/hybrid_lstm.yaml
     train=(fairseq-hydra-train --config-dir "$ROOT/recipes/config" --config-name hybrid_lstm
       "task.data=$(hydra_quote "$WORK/bin")" "checkpoint.save_dir=$(hydra_quote "$out")"
       "model.dropout=$DROPOUT" "optimization.lr=[$LR]" "dataset.max_tokens=$MAX_TOKENS"
-      "optimization.stop_time_hours=$hours" "checkpoint.patience=$PATIENCE" "common.seed=$SEED")
+      "optimization.max_update=$MAX_UPDATE" "optimization.stop_time_hours=$hours" "checkpoint.patience=$PATIENCE"
+      "dataset.validate_interval_updates=$INTERVAL" "checkpoint.save_interval_updates=$INTERVAL"
+      "checkpoint.keep_interval_updates=$AVG_N" "common.seed=$SEED")
   else
     train=(fairseq-train "$WORK/bin" --user-dir "$USER_DIR"
       --arch hybrid_lstm --share-all-embeddings --dropout "$DROPOUT"
       --criterion hybrid_cross_entropy --label-smoothing 0.1
       --optimizer torch_adam --adam-betas '(0.9, 0.98)' --lr "$LR" --clip-norm 1.0
-      --max-tokens "$MAX_TOKENS" --stop-time-hours "$hours" --patience "$PATIENCE" --max-epoch 200
-      --save-dir "$out" --no-epoch-checkpoints --save-interval-updates 500 --keep-interval-updates 1
+      --max-tokens "$MAX_TOKENS" --max-update "$MAX_UPDATE" --stop-time-hours "$hours" --patience "$PATIENCE"
+      --max-epoch 200 --validate-interval 1000 --save-interval 1000
+      --validate-interval-updates "$INTERVAL" --save-interval-updates "$INTERVAL" --keep-interval-updates "$AVG_N"
+      --save-dir "$out" --no-epoch-checkpoints
       --required-batch-size-multiple 1 --num-workers 0 --seed "$SEED"
       --log-format simple --log-interval 100)
   fi
@@ -119,15 +136,18 @@ generate_stage() {
   local out=$WORK/generate
   stage_needed generate "$out" "$WORK/checkpoints" "the train stage" || return 0
   local tmp; tmp=$(stage_begin "$out")
-  log "generate: beam $BEAM on the $(wc -l < "$DATA/test.en") test sentences"
+  local ckpt; ckpt=$(generation_checkpoint "$CHECKPOINT" "$WORK/checkpoints" "$AVG_N" "$tmp") || exit 1
+  log "generate: beam $BEAM on the $(wc -l < "$DATA/test.en") test sentences with $ckpt"
   local start=$SECONDS
   fairseq-generate "$WORK/bin" --user-dir "$USER_DIR" \
-    --path "$WORK/checkpoints/checkpoint_best.pt" --gen-subset test \
-    --beam "$BEAM" --batch-size 64 --required-batch-size-multiple 1 \
+    --path "$ckpt" --gen-subset test \
+    --beam "$BEAM" --lenpen "$LENPEN" --max-len-a "$MAX_LEN_A" --max-len-b "$MAX_LEN_B" \
+    --batch-size 64 --required-batch-size-multiple 1 \
     --remove-bpe sentencepiece --num-workers 0 > "$tmp/test.out" 2> "$tmp/generate.log" \
     || die "generate: fairseq-generate failed: $(grep -E 'error|Error' "$tmp/generate.log" | tail -1) (log: $tmp/generate.log)"
   echo $((SECONDS - start)) > "$tmp/seconds"
   echo "$BEAM" > "$tmp/beam"
+  echo "$CHECKPOINT" > "$tmp/checkpoint"
   grep -E "Translated|BLEU" "$tmp/generate.log" "$tmp/test.out" | sed 's/^/  /' >&2 || true
   stage_commit generate "$out"
 }
@@ -136,12 +156,13 @@ score_stage() {
   require_done score "$WORK/generate" "the generate stage"
   log "score: sacreBLEU and chrF of detokenized output against the raw references"
   # what the finished stages ran with (a stage skipped as done kept its own settings)
-  local vocab=$SPM_VOCAB beam=$BEAM
+  local vocab=$SPM_VOCAB beam=$BEAM checkpoint=$CHECKPOINT
   [ -f "$WORK/spm/spm.vocab" ] && vocab=$(wc -l < "$WORK/spm/spm.vocab")
   [ -f "$WORK/generate/beam" ] && beam=$(cat "$WORK/generate/beam")
+  [ -f "$WORK/generate/checkpoint" ] && checkpoint=$(cat "$WORK/generate/checkpoint")
   python "$ROOT/recipes/lib/score.py" --generate-output "$WORK/generate/test.out" \
     --reference "$DATA/test.de" --source "$DATA/test.en" --show 5 --json "$RESULTS/bleu.json" \
-    --extra "{\"model\": \"hybrid_lstm\", \"spm_vocab\": $vocab, \"train_minutes\": $TRAIN_MINUTES, \"beam\": $beam, \"generate_seconds\": $(cat "$WORK/generate/seconds")}"
+    --extra "{\"model\": \"hybrid_lstm\", \"spm_vocab\": $vocab, \"train_minutes\": $TRAIN_MINUTES, \"beam\": $beam, \"checkpoint\": \"$checkpoint\", \"generate_seconds\": $(cat "$WORK/generate/seconds")}"
 }
 
 case "$STAGE" in
