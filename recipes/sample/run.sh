@@ -162,7 +162,7 @@ score_stage() {
   [ -f "$WORK/generate/checkpoint" ] && checkpoint=$(cat "$WORK/generate/checkpoint")
   python "$ROOT/recipes/lib/score.py" --generate-output "$WORK/generate/test.out" \
     --reference "$DATA/test.de" --source "$DATA/test.en" --show 5 --json "$RESULTS/bleu.json" \
-    --extra "{\"model\": \"hybrid_lstm\", \"spm_vocab\": $vocab, \"train_minutes\": $TRAIN_MINUTES, \"beam\": $beam, \"checkpoint\": \"$checkpoint\", \"generate_seconds\": $(cat "$WORK/generate/seconds")}"
+    --extra "{\"model\": \"hybrid_lstm\", \"spm_vocab\": $vocab, \"train_minutes\": $TRAIN_MINUTES, \"max_update\": $MAX_UPDATE, \"seed\": $SEED, \"beam\": $beam, \"checkpoint\": \"$checkpoint\", \"generate_seconds\": $(cat "$WORK/generate/seconds")}"
 }
 
 case "$STAGE" in
