@@ -29,9 +29,9 @@ def as_text(output: bytes) -> str:
     return io.TextIOWrapper(io.BytesIO(output), encoding=locale.getpreferredencoding(False)).read()
 
 
-def plain_tool_env() -> Dict[str, str]:
-    """``tool_env`` as ``run_tool`` gives it to a command without added variables."""
-    env = tool_env()
+def plain_tool_env(**extra: str) -> Dict[str, str]:
+    """The environment ``run_tool`` gives a command: ``tool_env`` (with ``extra``), no GPU visible."""
+    env = tool_env(**extra)
     env.pop("CUDA_VISIBLE_DEVICES", None)
     return env
 
@@ -41,8 +41,7 @@ def run_tool(tool: str, args: List[str], cwd: Path, stdin: Optional[Union[str, b
              env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
     """``tool`` of this venv on ``args`` (no GPU visible); ``stdin`` text, or bytes passed as
     they are; ``env``: variables added to ``tool_env``'s. Its output as text."""
-    full_env = tool_env(**(env or {}))
-    full_env.pop("CUDA_VISIBLE_DEVICES", None)
+    full_env = plain_tool_env(**(env or {}))
     argv = [str(BIN / tool), *args]
     data = stdin.encode() if isinstance(stdin, str) else stdin
     forks = forkserver.server(plain_tool_env())

@@ -183,7 +183,16 @@ class ForkServer:
         if self.process.stdout.readline().strip() != b"ready":
             raise RuntimeError(f"the fork server did not start (log: {self.log.name})")
         atexit.register(self.stop)
-        self._logging_first: Dict[str, bool] = {}
+        # per console script, read once: None if not this interpreter's, else whether its
+        # module configures logging before importing fairseq
+        self._scripts: Dict[str, Optional[bool]] = {}
+
+    def _script(self, path: str) -> Optional[bool]:
+        if path not in self._scripts:
+            with open(path, "rb") as script:
+                ours = script.readline().strip() == b"#!" + sys.executable.encode()
+            self._scripts[path] = configures_logging_first(path) if ours else None
+        return self._scripts[path]
 
     def stop(self) -> None:
         """End the server (its running commands go on) and remove its folder."""
@@ -195,17 +204,12 @@ class ForkServer:
     def serves(self, argv: List[str], env: Dict[str, str]) -> bool:
         """Whether ``argv`` with ``env`` runs here: a console script of this interpreter, and
         the environment the server started with (``RUN_TIME_ONLY`` aside)."""
-        if not same_start(env, self.env) or self.process.poll() is not None:
-            return False
-        with open(argv[0], "rb") as script:
-            return script.readline().strip() == b"#!" + sys.executable.encode()
+        return same_start(env, self.env) and self.process.poll() is None and self._script(argv[0]) is not None
 
     def start(self, argv: List[str], cwd: Path, stdin: Optional[bytes] = None,
               env: Optional[Dict[str, str]] = None) -> "Started":
         """Start ``argv`` (a console script ``serves`` accepts) in ``cwd`` with ``env`` (the
         server's own by default), ``stdin`` on its standard input; its output captured."""
-        if argv[0] not in self._logging_first:
-            self._logging_first[argv[0]] = configures_logging_first(argv[0])
         return Started(self, argv, cwd, stdin, env or self.env)
 
     def run(self, argv: List[str], cwd: Path, stdin: Optional[bytes], timeout: float,
@@ -226,7 +230,7 @@ class Started:
         self.conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.conn.connect(server.socket_path)
         _send(self.conn, {"argv": argv, "cwd": str(cwd), "env": env,
-                          "fresh_logging": server._logging_first[argv[0]]},
+                          "fresh_logging": server._script(argv[0])},
               tuple(stream.fileno() for stream in self.streams))
         started, _ = _receive(self.conn)
         if started is None:
