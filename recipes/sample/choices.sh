@@ -3,7 +3,7 @@
 # recipe"): for each seed given, the recipe's own stages with every saved checkpoint kept
 # (AVG_N=8), then the checkpoint with the best validation loss and the averages of the last
 # 2, 3 and 4 saved checkpoints, each translated on the validation and the test set as the
-# recipe translates (beam 5, lenpen 1.0, at most 1.5 x source + 10 tokens) and scored with
+# recipe translates (recipes/sample/translate.sh) and scored with
 # sacreBLEU / chrF. One line per seed, checkpoint and set on stdout and in $OUT/choices.tsv.
 #
 #   bash recipes/sample/choices.sh 1 2 3 4 5      # ~13 minutes a seed on 2 CPU cores
@@ -14,6 +14,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 . "$ROOT/recipes/lib/stage.sh"
+. "$ROOT/recipes/sample/translate.sh"
 
 OUT=${OUT:-$ROOT/work/sample-choices}
 export TRAIN_MINUTES=${TRAIN_MINUTES:-60}
@@ -32,14 +33,12 @@ for seed in "$@"; do
     rm -rf "$dir"
     mkdir -p "$dir"
     if [ "$kind" = best ]; then
-      ckpt=$work/checkpoints/checkpoint_best.pt
+      ckpt=$(generation_checkpoint best "$work/checkpoints" 1 "$dir") || exit 1
     else
       ckpt=$(generation_checkpoint avg "$work/checkpoints" "$kind" "$dir") || exit 1
     fi
     for split in valid test; do
-      fairseq-generate "$work/bin" --user-dir "$ROOT/fairseq_hybrid" --path "$ckpt" --gen-subset "$split" \
-        --beam 5 --lenpen 1.0 --max-len-a 1.5 --max-len-b 10 --batch-size 64 --required-batch-size-multiple 1 \
-        --remove-bpe sentencepiece --num-workers 0 > "$dir/$split.out" 2> "$dir/$split.log" \
+      translate "$work/bin" "$ckpt" "$split" > "$dir/$split.out" 2> "$dir/$split.log" \
         || die "seed $seed, $kind: fairseq-generate failed (log: $dir/$split.log)"
       python "$ROOT/recipes/lib/score.py" --generate-output "$dir/$split.out" \
         --reference "$ROOT/data/ende-sample/$split.de" --json "$dir/$split.json" > /dev/null

@@ -19,6 +19,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 . "$ROOT/recipes/lib/stage.sh"
+. "$ROOT/recipes/sample/translate.sh"   # BEAM, LENPEN, MAX_LEN_A, MAX_LEN_B and translate
 
 DATA=$ROOT/data/ende-sample
 WORK=${WORK:-$ROOT/work/sample}
@@ -34,10 +35,6 @@ DROPOUT=${DROPOUT:-0.3}
 SEED=${SEED:-3}
 CHECKPOINT=${CHECKPOINT:-avg}
 AVG_N=${AVG_N:-3}
-BEAM=${BEAM:-5}
-LENPEN=${LENPEN:-1.0}
-MAX_LEN_A=${MAX_LEN_A:-1.5}
-MAX_LEN_B=${MAX_LEN_B:-10}
 FRONTEND=${FRONTEND:-cli}
 DEVICE_ARGS=${DEVICE_ARGS:-}
 USER_DIR=$ROOT/fairseq_hybrid
@@ -94,6 +91,11 @@ binarize_stage() {
   stage_commit binarize "$out"
 }
 
+# train_settings: what the train stage trains with, as JSON fields for results/sample/bleu.json.
+train_settings() {
+  echo "\"train_minutes\": $TRAIN_MINUTES, \"max_update\": $MAX_UPDATE, \"seed\": $SEED"
+}
+
 train_stage() {
   local out=$WORK/checkpoints
   stage_needed train "$out" "$WORK/bin" "the binarize stage" || return 0
@@ -128,6 +130,7 @@ train_stage() {
     die "train: $TRAIN_TOOL failed: $(grep -E 'error|Error' "$out/train.log" | tail -1) (log: $out/train.log)"
   fi
   [ -f "$out/checkpoint_best.pt" ] || die "train: no checkpoint_best.pt in $out (see $out/train.log)"
+  train_settings > "$out/settings"   # for the score stage: a later run may skip this one
   date -u +%Y-%m-%dT%H:%M:%SZ > "$out/.done"
   log "train: done -> $out"
 }
@@ -139,11 +142,7 @@ generate_stage() {
   local ckpt; ckpt=$(generation_checkpoint "$CHECKPOINT" "$WORK/checkpoints" "$AVG_N" "$tmp") || exit 1
   log "generate: beam $BEAM on the $(wc -l < "$DATA/test.en") test sentences with $ckpt"
   local start=$SECONDS
-  fairseq-generate "$WORK/bin" --user-dir "$USER_DIR" \
-    --path "$ckpt" --gen-subset test \
-    --beam "$BEAM" --lenpen "$LENPEN" --max-len-a "$MAX_LEN_A" --max-len-b "$MAX_LEN_B" \
-    --batch-size 64 --required-batch-size-multiple 1 \
-    --remove-bpe sentencepiece --num-workers 0 > "$tmp/test.out" 2> "$tmp/generate.log" \
+  translate "$WORK/bin" "$ckpt" test > "$tmp/test.out" 2> "$tmp/generate.log" \
     || die "generate: fairseq-generate failed: $(grep -E 'error|Error' "$tmp/generate.log" | tail -1) (log: $tmp/generate.log)"
   echo $((SECONDS - start)) > "$tmp/seconds"
   echo "$BEAM" > "$tmp/beam"
@@ -157,12 +156,14 @@ score_stage() {
   log "score: sacreBLEU and chrF of detokenized output against the raw references"
   # what the finished stages ran with (a stage skipped as done kept its own settings)
   local vocab=$SPM_VOCAB beam=$BEAM checkpoint=$CHECKPOINT
+  local trained; trained=$(train_settings)
+  [ -f "$WORK/checkpoints/settings" ] && trained=$(cat "$WORK/checkpoints/settings")
   [ -f "$WORK/spm/spm.vocab" ] && vocab=$(wc -l < "$WORK/spm/spm.vocab")
   [ -f "$WORK/generate/beam" ] && beam=$(cat "$WORK/generate/beam")
   [ -f "$WORK/generate/checkpoint" ] && checkpoint=$(cat "$WORK/generate/checkpoint")
   python "$ROOT/recipes/lib/score.py" --generate-output "$WORK/generate/test.out" \
     --reference "$DATA/test.de" --source "$DATA/test.en" --show 5 --json "$RESULTS/bleu.json" \
-    --extra "{\"model\": \"hybrid_lstm\", \"spm_vocab\": $vocab, \"train_minutes\": $TRAIN_MINUTES, \"max_update\": $MAX_UPDATE, \"seed\": $SEED, \"beam\": $beam, \"checkpoint\": \"$checkpoint\", \"generate_seconds\": $(cat "$WORK/generate/seconds")}"
+    --extra "{\"model\": \"hybrid_lstm\", \"spm_vocab\": $vocab, $trained, \"beam\": $beam, \"checkpoint\": \"$checkpoint\", \"generate_seconds\": $(cat "$WORK/generate/seconds")}"
 }
 
 case "$STAGE" in
