@@ -15,7 +15,9 @@ prefers (``--lenpens`` sweep), on the test set, its source-length buckets, and t
 long-sentence probe (``quality_generate``). Differences get seed-level intervals
 (``quality_stats``), the BLEU differences an equivalence reading (``quality_equivalence``),
 and each model a time to quality (``quality_time``). Runs are stored as they finish and a rerun skips them
-(``quality_store``). Writes ``<out>/<name>.json``, ``.png`` and ``.md``.
+(``quality_store``). Writes ``<out>/<name>.json``, ``.png`` and ``.md``; when ``<out>`` is the
+committed ``results/quality``, also the summary blocks of README.md and docs/quality.md
+(``quality_summary``).
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from . import quality_analysis, quality_chart, quality_report
+from . import quality_analysis, quality_chart, quality_report, quality_summary
 from .data import sample_data
 from .fairseq_runs import ROOT, BenchmarkError
 from .quality_generate import join, job, probe_groups, read_output, run_jobs, write_probe
@@ -44,6 +46,8 @@ from .quality_stats import unigram_perplexity
 from .quality_store import Store, plan, write_text
 
 SAMPLE = ROOT / "data/ende-sample"
+COMMITTED = ROOT / "results/quality"  # the committed reports: the docs' summary blocks are written from them
+DOCS = (ROOT / "README.md", ROOT / "docs/quality.md")
 FULL = {"seeds": "1,2,3,4,5,6,7,8,9,10", "if_seeds": 10, "max_update": 16000, "interval": 250, "patience": 4,
         "lenpens": "0.6,0.8,1.0,1.2,1.4", "layers": 2, "dim": 256}
 QUICK = {"seeds": "1", "if_seeds": 1, "max_update": 20, "interval": 10, "patience": 1,
@@ -340,6 +344,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     write_text(out / f"{args.name}.md", markdown)
     print(markdown)
     print(f"wrote {out / args.name}.json, .png and .md; runs in {out / 'runs' / args.name}")
+    if out.resolve() == COMMITTED.resolve():
+        changed = quality_summary.refresh(report, DOCS)
+        print(f"quality summary rewritten in {', '.join(map(str, changed))}" if changed
+              else "the docs' quality summaries were already the report's")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, Tuple
 
 from scipy import stats as scipy_stats
 
@@ -32,15 +32,25 @@ def _excludes_zero(ci: Optional[Sequence[float]], side: int) -> bool:
     return ci is not None and (ci[0] > 0 if side > 0 else ci[1] < 0)
 
 
+def decision(ci90: Sequence[Optional[Sequence[float]]], ci95: Sequence[Optional[Sequence[float]]],
+             margin: float = MARGIN) -> Tuple[bool, int]:
+    """(equivalent within ``margin``, direction: +1 better, -1 worse, 0 none) of one difference
+    from its seed-level intervals (each list: the bootstrap's and Welch's; a missing one, None,
+    allows no reading)."""
+    equivalent = all(_inside(ci, margin) for ci in ci90)
+    for side in (1, -1):
+        if all(_excludes_zero(ci, side) for ci in ci95):
+            return equivalent, side
+    return equivalent, 0
+
+
 def reading(ci90: Sequence[Optional[Sequence[float]]], ci95: Sequence[Optional[Sequence[float]]],
             difference: float, margin: float = MARGIN, unit: str = "BLEU", system: str = "hybrid") -> str:
-    """The reading of one difference from its seed-level intervals (each list: the bootstrap's
-    and Welch's; a missing one, None, allows no reading)."""
-    equivalent = all(_inside(ci, margin) for ci in ci90)
-    for side, word in ((1, "better"), (-1, "worse")):
-        if all(_excludes_zero(ci, side) for ci in ci95):
-            also = f", yet equivalent within {margin:g} {unit}" if equivalent else ""
-            return f"{system} {word} by {abs(difference):.2f} {unit}{also}"
+    """The reading of one difference in words (``decision``)."""
+    equivalent, side = decision(ci90, ci95, margin)
+    if side:
+        also = f", yet equivalent within {margin:g} {unit}" if equivalent else ""
+        return f"{system} {'better' if side > 0 else 'worse'} by {abs(difference):.2f} {unit}{also}"
     return f"equivalent within {margin:g} {unit}" if equivalent else "not decided"
 
 
@@ -93,8 +103,9 @@ def equivalence(bootstrap: Dict[str, object], welch: Dict[str, object], system_s
                 baseline_scores: Sequence[float], system: str, margin: float = MARGIN) -> Dict[str, object]:
     """Everything the report prints about one BLEU difference: the reading, its 90% intervals,
     Welch's TOST p-value and the width against the target."""
-    return {"margin": margin, "reading": reading([bootstrap["ci90"], welch["ci90"]],
-                                                 [bootstrap["ci95"], welch["ci95"]],
-                                                 bootstrap["difference"], margin, "BLEU", system),
+    ci90, ci95 = [bootstrap["ci90"], welch["ci90"]], [bootstrap["ci95"], welch["ci95"]]
+    equivalent, direction = decision(ci90, ci95, margin)
+    return {"margin": margin, "reading": reading(ci90, ci95, bootstrap["difference"], margin, "BLEU", system),
+            "equivalent": equivalent, "direction": direction,
             "bootstrap_ci90": bootstrap["ci90"], "welch_ci90": welch["ci90"], "welch_tost_p": tost_p(welch, margin),
             "width": width(bootstrap, welch, system_scores, baseline_scores)}
