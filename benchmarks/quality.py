@@ -14,8 +14,10 @@ checkpoint with beam 5 at the default length penalty and at the one its validati
 prefers (``--lenpens`` sweep), on the test set, its source-length buckets, and the made-up
 long-sentence probe (``quality_generate``). Differences get seed-level intervals
 (``quality_stats``), the BLEU differences an equivalence reading (``quality_equivalence``),
-and each model a time to quality (``quality_time``). Runs are stored as they finish and a rerun skips them
-(``quality_store``). Writes ``<out>/<name>.json``, ``.png`` and ``.md``; when ``<out>`` is the
+and each model a time to quality (``quality_time``). When the planned seeds are in and the
+``hybrid_lstm`` - ``lstm`` BLEU interval is wider than its target, the study grows to the seeds
+the spread needs (``--grow-to``, at most 20 by default). Runs are stored as they finish and a
+rerun skips them (``quality_store``). Writes ``<out>/<name>.json``, ``.png`` and ``.md``; when ``<out>`` is the
 committed ``results/quality``, also the summary blocks of README.md and docs/quality.md
 (``quality_summary``).
 """
@@ -36,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from . import quality_analysis, quality_chart, quality_report, quality_summary
+from . import quality_analysis, quality_chart, quality_equivalence, quality_report, quality_summary
 from .data import sample_data
 from .fairseq_runs import ROOT, BenchmarkError
 from .quality_generate import join, job, probe_groups, read_output, run_jobs, write_probe
@@ -48,9 +50,9 @@ from .quality_store import Store, plan, write_text
 SAMPLE = ROOT / "data/ende-sample"
 COMMITTED = ROOT / "results/quality"  # the committed reports: the docs' summary blocks are written from them
 DOCS = (ROOT / "README.md", ROOT / "docs/quality.md")
-FULL = {"seeds": "1,2,3,4,5,6,7,8,9,10", "if_seeds": 10, "max_update": 16000, "interval": 250, "patience": 4,
-        "lenpens": "0.6,0.8,1.0,1.2,1.4", "layers": 2, "dim": 256}
-QUICK = {"seeds": "1", "if_seeds": 1, "max_update": 20, "interval": 10, "patience": 1,
+FULL = {"seeds": "1,2,3,4,5,6,7,8,9,10", "if_seeds": 10, "grow_to": 20, "max_update": 16000, "interval": 250,
+        "patience": 4, "lenpens": "0.6,0.8,1.0,1.2,1.4", "layers": 2, "dim": 256}
+QUICK = {"seeds": "1", "if_seeds": 1, "grow_to": 0, "max_update": 20, "interval": 10, "patience": 1,
          "lenpens": "1.0,1.4", "layers": 1, "dim": 32}
 # the training settings of each preset: the sample recipe's, or the WMT recipes' (recipes/lib/wmt.sh)
 TRAINING_SETTINGS = {
@@ -76,6 +78,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     add("--quick", action="store_true", help=f"defaults {QUICK} instead of {FULL}")
     add("--seeds", help="comma-separated training seeds of lstm and hybrid")
     add("--if-seeds", type=int, help="hybrid_lstm --input-feeding trains on the first this many seeds")
+    add("--grow-to", type=int, help="when --seeds are in and the hybrid - lstm BLEU interval is wider than "
+        "its target, add seeds (every model) as the seed spread needs, up to this many; 0: never "
+        "(default 20, --quick 0)")
     add("--max-update", type=int, help="the training budget of every run (--max-update)")
     add("--interval", type=int, help="validate and save every this many updates")
     add("--patience", type=int, help="stop after this many validations without a lower loss (--patience)")
@@ -117,9 +122,13 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     if DEFAULT_LENPEN not in args.lenpen_list:
         parser.error(f"--lenpens {args.lenpens!r}: must include the default 1.0")
     for name in ("max_update", "interval", "patience", "jobs", "threads", "max_tokens", "vocab", "layers",
-                 "dim", "samples", "if_seeds"):
-        if getattr(args, name) < (0 if name == "if_seeds" else 1):
-            parser.error(f"--{name.replace('_', '-')} {getattr(args, name)}: must be an integer >= 1")
+                 "dim", "samples", "if_seeds", "grow_to"):
+        least = 0 if name in ("if_seeds", "grow_to") else 1
+        if getattr(args, name) < least:
+            parser.error(f"--{name.replace('_', '-')} {getattr(args, name)}: must be an integer >= {least}")
+    if 0 < args.grow_to < len(args.seed_list):
+        parser.error(f"--grow-to {args.grow_to}: fewer than the {len(args.seed_list)} seed(s) in --seeds "
+                     "(0 never grows the study)")
     if args.if_seeds > len(args.seed_list):
         parser.error(f"--if-seeds {args.if_seeds}: more than the {len(args.seed_list)} seed(s) in --seeds")
     for name in ("lr", "clip_norm"):
@@ -295,6 +304,7 @@ def run_all(args, store: Store, data: Path, probe: Path, schedule: Schedule, run
 
 
 def run(args: argparse.Namespace) -> Dict[str, object]:
+    """Train what the plan lacks, report, and grow the plan while its interval needs more seeds."""
     started = time.time()
     schedule = schedule_of(args)
     if args.data:
@@ -305,13 +315,44 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
         data = sample_data(args.vocab, Path(args.work) / f"sample-v{args.vocab}").resolve()
     test = test_set(args)
     store = Store(Path(args.out) / "runs" / args.name, Path(args.work) / args.name)
-    runs = planned(args)
     settings = {key: run_settings(args, schedule, key, data) for key in MODEL}
-    todo = {pair: status for status, pairs in plan(runs, store, settings).items() for pair in pairs}
-    print("plan: " + ", ".join(f"{k}-seed{s}: {todo[(k, s)]}" for k, s in runs), flush=True)
-    if not args.report_only:
-        probe = write_probe(data, test["probe_groups"], Path(args.work) / args.name / "probe-bin")
-        run_all(args, store, data, probe, schedule, runs, test, todo)
+    probe = None if args.report_only else write_probe(data, test["probe_groups"],
+                                                      Path(args.work) / args.name / "probe-bin")
+    while True:
+        runs = planned(args)
+        todo = {pair: status for status, pairs in plan(runs, store, settings).items() for pair in pairs}
+        print("plan: " + ", ".join(f"{k}-seed{s}: {todo[(k, s)]}" for k, s in runs), flush=True)
+        if not args.report_only:
+            run_all(args, store, data, probe, schedule, runs, test, todo)
+        report = report_of(args, store, schedule, data, runs, test, started)
+        if not grow(args, report):
+            return report
+
+
+def grow(args: argparse.Namespace, report: Dict[str, object]) -> bool:
+    """Extend ``args``' seeds (every model that has them all) when the finished plan's
+    ``hybrid - lstm`` BLEU interval misses its width target (``quality_equivalence``); with
+    ``--report-only`` too, so its report covers the plan a training run would follow."""
+    headline = report["comparisons"].get("hybrid - lstm")
+    if not args.grow_to or report["partial"] or headline is None:
+        return False
+    width = headline["measures"]["BLEU"]["equivalence"]["width"]
+    seeds = len(args.seed_list)
+    count = quality_equivalence.grown_seed_count(width, seeds, args.grow_to)
+    if count is None:
+        return False
+    if args.if_seeds == seeds:
+        args.if_seeds = count
+    args.seed_list += [max(args.seed_list) + i for i in range(1, count - seeds + 1)]
+    halves = [h for h in (width["bootstrap_half_width"], width["welch_half_width"]) if h is not None]
+    print(f"hybrid - lstm BLEU: 95% half-width {'/'.join(f'±{h:.2f}' for h in halves)}, target "
+          f"±{width['target']:g}, the spread needs {width['seeds_needed'] or 'more than ' + str(args.grow_to)} "
+          f"seeds per model: growing to {count} (--grow-to {args.grow_to})", flush=True)
+    return True
+
+
+def report_of(args: argparse.Namespace, store: Store, schedule: Schedule, data: Path, runs: List[Tuple[str, int]],
+              test: Dict[str, List[str]], started: float) -> Dict[str, object]:
     loaded = {(k, s): store.load(k, s) for k, s in runs}
     done = [(as_uninterrupted(v[0], schedule, (store.record_path(*run), store.hyps_path(*run))), v[1])
             for run, v in loaded.items() if v]
@@ -320,9 +361,9 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
     report: Dict[str, object] = {
         "name": args.name, "date": now(), "command": " ".join(["python -m benchmarks.quality", *args.argv]),
         "settings": dataclasses.asdict(schedule) | {
-            "seeds": args.seed_list, "if_seeds": args.if_seeds, "jobs": args.jobs, "remove_bpe": args.remove_bpe,
-            "data": str(data), "vocab": None if args.data else args.vocab, "hybrid_devices": args.hybrid_devices,
-            "preset": args.preset},
+            "seeds": args.seed_list, "if_seeds": args.if_seeds, "grow_to": args.grow_to, "jobs": args.jobs,
+            "remove_bpe": args.remove_bpe, "data": str(data), "vocab": None if args.data else args.vocab,
+            "hybrid_devices": args.hybrid_devices, "preset": args.preset},
         "models": {m.key: {"name": m.name, "options": options_of(m.key, args), "criterion": m.criterion}
                    for m in MODELS},
         "unigram": unigram_perplexity(data),

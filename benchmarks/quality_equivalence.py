@@ -10,6 +10,9 @@ they read (docs/quality.md, "The statistics").
 - **Width**: the 95% seed-level interval's half-width against ``TARGET_HALF_WIDTH`` (both
   intervals must be narrower), and the seeds per model that the observed seed spread needs
   for Welch's interval to get there (``seeds_needed``).
+- **Growth** (``grown_seed_count``): when the planned seeds are in and the target is not
+  met, the study grows to the seeds the spread needs, at most ``--grow-to``; it follows the
+  spread only, never the difference.
 """
 from __future__ import annotations
 
@@ -109,3 +112,12 @@ def equivalence(bootstrap: Dict[str, object], welch: Dict[str, object], system_s
             "equivalent": equivalent, "direction": direction,
             "bootstrap_ci90": bootstrap["ci90"], "welch_ci90": welch["ci90"], "welch_tost_p": tost_p(welch, margin),
             "width": width(bootstrap, welch, system_scores, baseline_scores)}
+
+
+def grown_seed_count(width: Dict[str, object], seeds: int, most: int) -> Optional[int]:
+    """The seeds per model the study grows to from ``seeds`` when ``width`` (of the headline
+    difference) misses its target: the spread's ``seeds_needed``, at least one more, at most
+    ``most``; None when the target is met or ``most`` is reached."""
+    if width["met"] or seeds >= most:
+        return None
+    return min(most, max(seeds + 1, width["seeds_needed"] or most))

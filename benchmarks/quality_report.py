@@ -18,6 +18,12 @@ def _ci(ci: Optional[List[float]]) -> str:
     return "n/a (< 2 seeds or no spread)" if ci is None else f"[{ci[0]:+.2f}, {ci[1]:+.2f}]"
 
 
+def _growth(settings: Dict[str, object]) -> str:
+    grow_to = settings.get("grow_to")
+    return (f"; grown by the seed spread while the hybrid_lstm − fairseq lstm interval is wider than its target, "
+            f"at most {grow_to} (`--grow-to`)" if grow_to else "")
+
+
 def markdown(report: Dict[str, object], png: str) -> str:
     s = report["settings"]
     models, summary = report["models"], report["summary"]
@@ -37,7 +43,8 @@ def markdown(report: Dict[str, object], png: str) -> str:
         f"(about {s['max_update'] * sum(tokens) / len(tokens):,.0f} target tokens at the measured tokens per "
         f"update); validation every {s['interval']} updates, stop after `--patience {s['patience']}` "
         f"validations without a lower loss; scored at `checkpoint_best.pt`. Seeds {s['seeds']} "
-        f"(`hybrid_lstm --input-feeding`: the first {s['if_seeds']}); {s['threads']} thread(s) per run, "
+        f"(`hybrid_lstm --input-feeding`: the first {s['if_seeds']}"
+        f"{_growth(s)}); {s['threads']} thread(s) per run, "
         f"{s['jobs']} run(s) at a time. Beam {s['beam']}, max length {s['max_len_a']} x source + "
         f"{s['max_len_b']}; length penalty: the default 1.0 and each run's best of {list(s['lenpens'])} on "
         f"the validation set. {report['test_sentences']} test sentences; the probe: "

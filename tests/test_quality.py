@@ -255,6 +255,8 @@ def test_a_failed_run_is_reported_and_the_others_still_run(monkeypatch, capsys):
     (["--max-update", "30", "--interval", "7"], "--max-update 30 is not a multiple of --interval 7"),
     (["--if-seeds", "4", "--seeds", "1,2"], "--if-seeds 4: more than the 2 seed(s) in --seeds"),
     (["--jobs", "0"], "--jobs 0: must be an integer >= 1"),
+    (["--grow-to", "-1"], "--grow-to -1: must be an integer >= 0"),
+    (["--grow-to", "5"], "--grow-to 5: fewer than the 10 seed(s) in --seeds (0 never grows the study)"),
     (["--data", "/nonexistent/bin"],
      "--data '/nonexistent/bin': not a fairseq-preprocess directory with train and test splits"),
     (["--reference", "/nonexistent.de"], "--reference '/nonexistent.de': no such file"),
@@ -367,3 +369,50 @@ def test_quick_end_to_end_stores_runs_reports_and_a_rerun_trains_nothing(sample_
     quality.main(common + ["--out", str(tmp_path / "out"), "--report-only"])
     partial = json.loads((tmp_path / "out/tiny.json").read_text())
     assert partial["partial"] == "1 of 2 runs finished" and [r["model"] for r in partial["runs"]] == ["lstm"]
+
+
+def _growth_run(monkeypatch, tmp_path, argv, needed_at):
+    """quality.run with training and analysis replaced: the headline interval meets its target
+    once the plan has ``needed_at`` seeds per model (the spread needs ``needed_at``)."""
+    trained = []  # the runs each round trained (the store stays empty: plan() calls every run new)
+    monkeypatch.setattr(quality, "sample_data", lambda vocab, path: tmp_path)
+    monkeypatch.setattr(quality, "test_set", lambda args: {"probe_groups": []})
+    monkeypatch.setattr(quality, "write_probe", lambda *a: tmp_path)
+    monkeypatch.setattr(quality, "run_all", lambda args, store, data, probe, schedule, runs, test, todo:
+                        trained.append([r for r in runs if not any(r in done for done in trained)]))
+
+    def report_of(args, store, schedule, data, runs, test, started):
+        seeds = len(args.seed_list)
+        width = {"met": seeds >= needed_at, "seeds_needed": needed_at, "target": 0.35,
+                 "bootstrap_half_width": 0.4, "welch_half_width": 0.38}
+        return {"partial": "runs missing" if args.report_only and seeds > 10 else None,  # only 10 stored
+                "comparisons": {"hybrid - lstm": {"measures": {"BLEU": {"equivalence": {"width": width}}}}},
+                "settings": {"seeds": list(args.seed_list), "if_seeds": args.if_seeds}}
+
+    monkeypatch.setattr(quality, "report_of", report_of)
+    args = quality.parse_args(argv + ["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")])
+    return quality.run(args), trained
+
+
+def test_the_study_grows_to_the_seeds_its_spread_needs_then_stops(monkeypatch, tmp_path, capsys):
+    report, trained = _growth_run(monkeypatch, tmp_path, [], needed_at=12)
+    assert report["settings"] == {"seeds": list(range(1, 13)), "if_seeds": 12}
+    assert [sorted({seed for _, seed in runs}) for runs in trained] == [list(range(1, 11)), [11, 12]]
+    assert sorted(trained[1]) == sorted((key, seed) for key in ("lstm", "hybrid", "hybrid_if") for seed in (11, 12))
+    assert ("hybrid - lstm BLEU: 95% half-width ±0.40/±0.38, target ±0.35, the spread needs 12 seeds per model: "
+            "growing to 12 (--grow-to 20)") in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,seeds", [(["--grow-to", "0"], 10), (["--grow-to", "11"], 11),
+                                        (["--if-seeds", "5", "--grow-to", "11"], 11)])
+def test_growth_stops_at_its_cap_and_leaves_a_partial_if_plan_alone(monkeypatch, tmp_path, argv, seeds):
+    report, trained = _growth_run(monkeypatch, tmp_path, argv, needed_at=12)
+    assert report["settings"]["seeds"] == list(range(1, seeds + 1))
+    assert report["settings"]["if_seeds"] == (5 if "--if-seeds" in argv else seeds)
+    assert len(trained) == (1 if seeds == 10 else 2)
+
+
+def test_report_only_reports_on_the_grown_plan_without_training(monkeypatch, tmp_path):
+    report, trained = _growth_run(monkeypatch, tmp_path, ["--report-only"], needed_at=12)
+    assert trained == []
+    assert report["settings"]["seeds"] == list(range(1, 13)) and report["partial"] == "runs missing"

@@ -128,3 +128,15 @@ def test_the_report_prints_the_reading_its_intervals_and_the_width():
     assert cells[3] == "[-0.80, +0.00]" and cells[5] == "**not decided**"
     assert cells[6] == f"±0.50 / ±{half:.2f}" and cells[7] == "no"
     assert cells[8] == str(qe.seeds_needed(statistics.stdev(SYSTEM), statistics.stdev(BASELINE)))
+
+
+@pytest.mark.parametrize("width, seeds, most, expected", [
+    ({"met": True, "seeds_needed": 8}, 10, 20, None),  # the target is met: no more seeds
+    ({"met": False, "seeds_needed": 12}, 10, 20, 12),  # to what the spread needs
+    ({"met": False, "seeds_needed": 12}, 10, 11, 11),  # ... at most --grow-to
+    ({"met": False, "seeds_needed": 8}, 10, 20, 11),  # Welch needs fewer, the bootstrap is wider: one more
+    ({"met": False, "seeds_needed": None}, 10, 20, 20),  # beyond MOST_SEEDS: as many as allowed
+    ({"met": False, "seeds_needed": 12}, 20, 20, None),  # the cap reached: the study ends unmet
+])
+def test_the_study_grows_by_the_spread_up_to_its_cap(width, seeds, most, expected):
+    assert qe.grown_seed_count(width, seeds, most) == expected
