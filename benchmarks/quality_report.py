@@ -10,8 +10,9 @@ from typing import Dict, List, Optional
 RECIPE = {"sample": "recipes/sample/run.sh", "wmt": "recipes/lib/wmt.sh"}  # whose training settings
 
 
-def _ms(stat: Dict[str, float], digits: int = 2) -> str:
-    return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
+def mean_std(stat: Dict[str, float], digits: int = 2) -> str:
+    """'mean ± standard deviation' of a model's seeds."""
+    return f"{stat['mean']:,.{digits}f} ± {stat['std']:,.{digits}f}"
 
 
 def _ci(ci: Optional[List[float]]) -> str:
@@ -57,20 +58,22 @@ def markdown(report: Dict[str, object], png: str) -> str:
     for key, row in summary.items():
         lines.append(
             f"| {models[key]['name']} | {len(row['seeds'])} | {row['parameters']:,} | "
-            f"{row['stopped_by_patience']}/{len(row['seeds'])} | {_ms(row['best_updates'], 0)} | "
-            f"{_ms(row['updates_to_within_1pct'], 0)} | {_ms(row['last_updates'], 0)} | "
-            f"{_ms(row['best_valid_ppl'], 1)} | {_ms(row['tokens_per_second'], 0)} | {_ms(row['peak_rss_mib'], 0)} |")
+            f"{row['stopped_by_patience']}/{len(row['seeds'])} | {mean_std(row['best_updates'], 0)} | "
+            f"{mean_std(row['updates_to_within_1pct'], 0)} | {mean_std(row['last_updates'], 0)} | "
+            f"{mean_std(row['best_valid_ppl'], 1)} | {mean_std(row['tokens_per_second'], 0)} | "
+            f"{mean_std(row['peak_rss_mib'], 0)} |")
     labels = list(next(iter(summary.values()))["measures"])
     lines += ["", "Mean ± standard deviation over seeds (sacreBLEU and chrF2, detokenized; "
               "\"best lenpen\" = each run's own best on the validation set):", "",
               "| measure | " + " | ".join(models[k]["name"] for k in summary) + " |",
               "|---|" + "---:|" * len(summary)]
     for label in labels:
-        lines.append(f"| {label} | " + " | ".join(_ms(row["measures"][label]) for row in summary.values()) + " |")
+        lines.append(f"| {label} | " + " | ".join(mean_std(row["measures"][label]) for row in summary.values())
+                     + " |")
     lines.append("| chosen lenpen per seed | " + " | ".join(", ".join(map(str, row["best_lenpen"]))
                                                         for row in summary.values()) + " |")
     lines.append("| hypothesis/reference length (lenpen 1.0) | "
-                 + " | ".join(_ms(row["length_ratio"], 3) for row in summary.values()) + " |")
+                 + " | ".join(mean_std(row["length_ratio"], 3) for row in summary.values()) + " |")
     lines += equivalence_section(report) + time_section(report)
     lines += ["", "Differences (system − baseline) of the seed means. *Seed-level bootstrap*: 95% interval of "
               "resamples that draw the seeds of each model and the test sentences together. *Welch t*: 95% "
@@ -130,8 +133,9 @@ def equivalence_section(report: Dict[str, object]) -> List[str]:
     return lines
 
 
-def _mci(stat: Optional[Dict[str, object]], scale: float = 1.0, digits: int = 0) -> str:
-    if stat is None:
+def mean_ci(stat: Optional[Dict[str, object]], scale: float = 1.0, digits: int = 0) -> str:
+    """'mean [95% interval]' over seeds, each divided by ``scale``."""
+    if not stat:
         return "n/a"
     mean, ci = stat["mean"] / scale, stat["ci95"]
     interval = "" if ci is None else f" [{ci[0] / scale:,.{digits}f}, {ci[1] / scale:,.{digits}f}]"
@@ -152,10 +156,10 @@ def time_section(report: Dict[str, object]) -> List[str]:
              "| model | BLEU | own best: updates | M target tokens | one-thread minutes | common loss: updates | "
              "M target tokens | one-thread minutes |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for key, row in time["models"].items():
-        cells = [_mci(row["bleu"], digits=2)]
+        cells = [mean_ci(row["bleu"], digits=2)]
         for target in ("own_best", "common"):
-            cells += [_mci(row[target].get("updates")), _mci(row[target].get("train_tokens"), 1e6, 2),
-                      _mci(row[target].get("one_thread_seconds"), 60, 1)]
+            cells += [mean_ci(row[target].get("updates")), mean_ci(row[target].get("train_tokens"), 1e6, 2),
+                      mean_ci(row[target].get("one_thread_seconds"), 60, 1)]
         lines.append(f"| {report['models'][key]['name']} | " + " | ".join(cells) + " |")
     lines.append("")
     for name, ratio in time["ratios_to_common"].items():

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from .quality_report import mean_ci, mean_std
 from .quality_store import write_text
 
 SHORT_NAMES = {"lstm": "fairseq `lstm`", "hybrid": "`hybrid_lstm`", "hybrid_if": "`hybrid_lstm --input-feeding`"}
@@ -41,18 +42,6 @@ def _signed(x: float) -> str:
 
 def _ci(ci: Optional[Sequence[float]]) -> str:
     return "n/a" if ci is None else f"[{_signed(ci[0])}, {_signed(ci[1])}]"
-
-
-def _ms(stat: Dict[str, float], digits: int = 2) -> str:
-    return f"{stat['mean']:,.{digits}f} ± {stat['std']:,.{digits}f}"
-
-
-def _mci(stat: Optional[Dict[str, object]], scale: float, digits: int) -> str:
-    if not stat:
-        return "n/a"
-    ci = stat["ci95"]
-    interval = "" if ci is None else f" [{ci[0] / scale:,.{digits}f}, {ci[1] / scale:,.{digits}f}]"
-    return f"{stat['mean'] / scale:,.{digits}f}{interval}"
 
 
 def seed_ranges(seeds: Sequence[int]) -> str:
@@ -103,20 +92,20 @@ def table(report: Dict[str, object]) -> List[str]:
     longest = next((m for m in measures[keys[0]] if m.startswith("BLEU, longest")), None)
     probe = next((m for m in measures[keys[0]] if m.startswith("BLEU, made-up probe") and "lenpen" not in m), None)
     lines = ["| | " + " | ".join(_short(report, k) for k in keys) + " |", "| --- |" + " ---: |" * len(keys),
-             row("test BLEU / chrF", lambda k: f"{_ms(measures[k]['BLEU'])} / {_ms(measures[k]['chrF'])}")]
+             row("test BLEU / chrF", lambda k: f"{mean_std(measures[k]['BLEU'])} / {mean_std(measures[k]['chrF'])}")]
     if longest:
-        lines.append(row(longest, lambda k: _ms(measures[k][longest])))
+        lines.append(row(longest, lambda k: mean_std(measures[k][longest])))
     if probe:
         lines.append(row(probe.replace("made-up probe", "made-up long probe of joined pairs"),
-                         lambda k: _ms(measures[k][probe])))
-    lines.append(row("best validation loss at update", lambda k: _ms(summary[k]["best_updates"], 0)))
+                         lambda k: mean_std(measures[k][probe])))
+    lines.append(row("best validation loss at update", lambda k: mean_std(summary[k]["best_updates"], 0)))
     lines.append(row("training target tokens/s, one thread (undisturbed intervals)",
                      lambda k: f"{summary[k]['tokens_per_second']['mean']:,.0f}"))
     if time:
         lines.append(row(f"one-thread minutes to the loss every run reaches ({common:.3f}), mean [95% interval]",
-                         lambda k: _mci(time.get(k, {}).get("common", {}).get("one_thread_seconds"), 60, 1)))
+                         lambda k: mean_ci(time.get(k, {}).get("common", {}).get("one_thread_seconds"), 60, 1)))
         lines.append(row("one-thread minutes to the run's own best loss",
-                         lambda k: _mci(time.get(k, {}).get("own_best", {}).get("one_thread_seconds"), 60, 1)))
+                         lambda k: mean_ci(time.get(k, {}).get("own_best", {}).get("one_thread_seconds"), 60, 1)))
     lines.append(row("peak memory per process (RSS)", lambda k: f"{summary[k]['peak_rss_mib']['mean']:,.0f} MiB"))
     return lines
 
