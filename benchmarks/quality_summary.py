@@ -68,8 +68,7 @@ def runs_line(report: Dict[str, object]) -> str:
     keys = _columns(report)
     seeds = {k: summary[k]["seeds"] for k in keys}
     done = sum(len(s) for s in seeds.values())
-    planned = len(settings["seeds"]) * (len(keys) - 1) + settings["if_seeds"] if "hybrid_if" in keys \
-        else len(settings["seeds"]) * len(keys)
+    planned = sum(settings["if_seeds"] if key == "hybrid_if" else len(settings["seeds"]) for key in report["models"])
     if len({tuple(s) for s in seeds.values()}) == 1:
         which = f"seeds {seed_ranges(seeds[keys[0]])} of every model"
     else:

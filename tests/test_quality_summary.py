@@ -90,6 +90,9 @@ def test_runs_line_counts_runs_and_names_unbalanced_seeds(report):
     uneven["settings"].update(seeds=list(range(1, 11)), if_seeds=10)
     line = qs.runs_line(uneven)
     assert line.startswith("**16 of 30 runs are in** (fairseq `lstm` seeds 1–5; `hybrid_lstm` seeds 1–6; ")
+    none_yet = copy.deepcopy(uneven)  # a planned model without a finished run still counts in the plan
+    del none_yet["summary"]["hybrid_if"]
+    assert qs.runs_line(none_yet).startswith("**11 of 30 runs are in** (fairseq `lstm` seeds 1–5; `hybrid_lstm` ")
 
 
 @pytest.mark.parametrize("seeds,text", [([4], "4"), ([1, 2, 3, 5, 7, 8], "1–3, 5, 7–8"), ([3, 1, 2], "1–3")])
