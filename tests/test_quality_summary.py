@@ -86,7 +86,8 @@ def test_runs_line_counts_runs_and_names_unbalanced_seeds(report):
     balanced["settings"].update(seeds=[1, 2, 3], if_seeds=3)
     assert qs.runs_line(balanced) == "**All 9 runs are in** (seeds 1–3 of every model)."
     uneven = copy.deepcopy(report)
-    uneven["summary"]["hybrid"]["seeds"] = [1, 2, 3, 4, 5, 6]
+    for key, seeds in (("lstm", 5), ("hybrid", 6), ("hybrid_if", 5)):
+        uneven["summary"][key]["seeds"] = list(range(1, seeds + 1))
     uneven["settings"].update(seeds=list(range(1, 11)), if_seeds=10)
     line = qs.runs_line(uneven)
     assert line.startswith("**16 of 30 runs are in** (fairseq `lstm` seeds 1–5; `hybrid_lstm` seeds 1–6; ")
