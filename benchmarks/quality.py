@@ -15,10 +15,11 @@ prefers (``--lenpens`` sweep), on the test set, its source-length buckets, and t
 long-sentence probe (``quality_generate``). Differences get seed-level intervals
 (``quality_stats``), the BLEU differences an equivalence reading (``quality_equivalence``),
 and each model a time to quality (``quality_time``). When the planned seeds are in and the
-``hybrid_lstm`` - ``lstm`` BLEU interval is wider than its target, the study grows to the seeds
-the spread needs (``--grow-to``, at most 20 by default). Runs are stored as they finish and a
-rerun skips them (``quality_store``). Writes ``<out>/<name>.json``, ``.png`` and ``.md``; when ``<out>`` is the
-committed ``results/quality``, also the summary blocks of README.md and docs/quality.md
+``hybrid_lstm`` - ``lstm`` BLEU interval is wider than its target, the study grows to the
+seeds the spread needs (``--grow-to``; at most 20 by default for the bundled sample's full
+study). Runs are stored as they finish and a rerun skips them (``quality_store``). Writes
+``<out>/<name>.json``, ``.png`` and ``.md``; when ``<out>`` is the committed
+``results/quality``, also the summary blocks of README.md and docs/quality.md
 (``quality_summary``).
 """
 from __future__ import annotations
@@ -50,10 +51,13 @@ from .quality_store import Store, plan, write_text
 SAMPLE = ROOT / "data/ende-sample"
 COMMITTED = ROOT / "results/quality"  # the committed reports: the docs' summary blocks are written from them
 DOCS = (ROOT / "README.md", ROOT / "docs/quality.md")
-FULL = {"seeds": "1,2,3,4,5,6,7,8,9,10", "if_seeds": 10, "grow_to": 20, "max_update": 16000, "interval": 250,
-        "patience": 4, "lenpens": "0.6,0.8,1.0,1.2,1.4", "layers": 2, "dim": 256}
-QUICK = {"seeds": "1", "if_seeds": 1, "grow_to": 0, "max_update": 20, "interval": 10, "patience": 1,
+FULL = {"seeds": "1,2,3,4,5,6,7,8,9,10", "if_seeds": 10, "max_update": 16000, "interval": 250, "patience": 4,
+        "lenpens": "0.6,0.8,1.0,1.2,1.4", "layers": 2, "dim": 256}
+QUICK = {"seeds": "1", "if_seeds": 1, "max_update": 20, "interval": 10, "patience": 1,
          "lenpens": "1.0,1.4", "layers": 1, "dim": 32}
+# the bundled sample's full study grows to at most this many seeds by default (docs/quality.md); a --quick,
+# --data or WMT study only when --grow-to says so: their runs cost what their data costs
+SAMPLE_GROW_TO = 20
 # the training settings of each preset: the sample recipe's, or the WMT recipes' (recipes/lib/wmt.sh)
 TRAINING_SETTINGS = {
     "sample": {"lr": 0.003, "dropout": 0.3, "clip_norm": 1.0, "max_tokens": 2000,
@@ -80,7 +84,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     add("--if-seeds", type=int, help="hybrid_lstm --input-feeding trains on the first this many seeds")
     add("--grow-to", type=int, help="when --seeds are in and the hybrid - lstm BLEU interval is wider than "
         "its target, add seeds (every model) as the seed spread needs, up to this many; 0: never "
-        "(default 20, --quick 0)")
+        f"(default: {SAMPLE_GROW_TO} for the bundled sample's full study, else 0)")
     add("--max-update", type=int, help="the training budget of every run (--max-update)")
     add("--interval", type=int, help="validate and save every this many updates")
     add("--patience", type=int, help="stop after this many validations without a lower loss (--patience)")
@@ -112,6 +116,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     for key, value in ((QUICK if args.quick else FULL) | TRAINING_SETTINGS[args.preset]).items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
+    if args.grow_to is None:
+        args.grow_to = SAMPLE_GROW_TO if not (args.quick or args.data or args.preset != "sample") else 0
     try:
         args.seed_list = [int(s) for s in args.seeds.split(",")]
         args.lenpen_list = tuple(float(x) for x in args.lenpens.split(","))

@@ -416,3 +416,15 @@ def test_report_only_reports_on_the_grown_plan_without_training(monkeypatch, tmp
     report, trained = _growth_run(monkeypatch, tmp_path, ["--report-only"], needed_at=12)
     assert trained == []
     assert report["settings"]["seeds"] == list(range(1, 13)) and report["partial"] == "runs missing"
+
+
+def test_only_the_bundled_samples_full_study_grows_by_default(tmp_path):
+    for name in ("train.en-de.en.idx", "test.en-de.en.idx"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "test.en").write_text("a\n")
+    raw = str(tmp_path / "test.en")
+    own_data = ["--data", str(tmp_path), "--reference", raw, "--source", raw]
+    assert quality.parse_args([]).grow_to == quality.SAMPLE_GROW_TO == 20
+    for argv in (["--quick"], ["--preset", "wmt"], own_data):  # their runs cost what their data costs
+        assert quality.parse_args(argv).grow_to == 0, argv
+    assert quality.parse_args(["--preset", "wmt", "--grow-to", "12"]).grow_to == 12
