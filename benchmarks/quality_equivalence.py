@@ -50,7 +50,12 @@ def decision(ci90: Sequence[Optional[Sequence[float]]], ci95: Sequence[Optional[
 def reading(ci90: Sequence[Optional[Sequence[float]]], ci95: Sequence[Optional[Sequence[float]]],
             difference: float, margin: float = MARGIN, unit: str = "BLEU", system: str = "hybrid") -> str:
     """The reading of one difference in words (``decision``)."""
-    equivalent, side = decision(ci90, ci95, margin)
+    return in_words(*decision(ci90, ci95, margin), difference, margin, unit, system)
+
+
+def in_words(equivalent: bool, side: int, difference: float, margin: float = MARGIN, unit: str = "BLEU",
+             system: str = "hybrid") -> str:
+    """A ``decision`` in the report's words."""
     if side:
         also = f", yet equivalent within {margin:g} {unit}" if equivalent else ""
         return f"{system} {'better' if side > 0 else 'worse'} by {abs(difference):.2f} {unit}{also}"
@@ -108,8 +113,8 @@ def equivalence(bootstrap: Dict[str, object], welch: Dict[str, object], system_s
     Welch's TOST p-value and the width against the target."""
     ci90, ci95 = [bootstrap["ci90"], welch["ci90"]], [bootstrap["ci95"], welch["ci95"]]
     equivalent, direction = decision(ci90, ci95, margin)
-    return {"margin": margin, "reading": reading(ci90, ci95, bootstrap["difference"], margin, "BLEU", system),
-            "equivalent": equivalent, "direction": direction,
+    words = in_words(equivalent, direction, bootstrap["difference"], margin, "BLEU", system)
+    return {"margin": margin, "reading": words, "equivalent": equivalent, "direction": direction,
             "bootstrap_ci90": bootstrap["ci90"], "welch_ci90": welch["ci90"], "welch_tost_p": tost_p(welch, margin),
             "width": width(bootstrap, welch, system_scores, baseline_scores)}
 
