@@ -58,6 +58,11 @@ def seed_ranges(seeds: Sequence[int]) -> str:
     return ", ".join(parts)
 
 
+def seed_range(stat: Dict[str, object]) -> str:
+    """'lowest-highest' of a measure over a model's seeds (what one run may score: the demo is one)."""
+    return f"{min(stat['values']):.2f}-{max(stat['values']):.2f}"
+
+
 def _columns(report: Dict[str, object]) -> List[str]:
     present = report["summary"]
     return [k for k in COLUMN_ORDER if k in present] + [k for k in present if k not in COLUMN_ORDER]
@@ -91,7 +96,8 @@ def table(report: Dict[str, object]) -> List[str]:
     longest = next((m for m in measures[keys[0]] if m.startswith("BLEU, longest")), None)
     probe = next((m for m in measures[keys[0]] if m.startswith("BLEU, made-up probe") and "lenpen" not in m), None)
     lines = ["| | " + " | ".join(_short(report, k) for k in keys) + " |", "| --- |" + " ---: |" * len(keys),
-             row("test BLEU / chrF", lambda k: f"{mean_std(measures[k]['BLEU'])} / {mean_std(measures[k]['chrF'])}")]
+             row("test BLEU / chrF", lambda k: f"{mean_std(measures[k]['BLEU'])} / {mean_std(measures[k]['chrF'])}"),
+             row("test BLEU, lowest-highest seed", lambda k: seed_range(measures[k]["BLEU"]))]
     if longest:
         lines.append(row(longest, lambda k: mean_std(measures[k][longest])))
     if probe:

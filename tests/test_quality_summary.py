@@ -96,6 +96,18 @@ def test_runs_line_counts_runs_and_names_unbalanced_seeds(report):
     assert qs.runs_line(none_yet).startswith("**11 of 30 runs are in** (fairseq `lstm` seeds 1–5; `hybrid_lstm` ")
 
 
+def test_range_row_is_the_lowest_and_highest_seed_of_the_stored_runs(report):
+    """The demo is one run: the table says what one seed scored at worst and best, read here from
+    the run records themselves rather than from the report's summary."""
+    runs = ROOT / "results/quality/runs" / report["name"]
+    row = next(line for line in qs.table(report) if line.startswith("| test BLEU, lowest-highest seed |"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")[1:]]
+    for key, cell in zip(qs._columns(report), cells):
+        bleu = [json.loads((runs / f"{key}-seed{seed}.json").read_text(encoding="utf-8"))["scores"]["test@default"]["bleu"]
+                for seed in report["summary"][key]["seeds"]]
+        assert cell == f"{min(bleu):.2f}-{max(bleu):.2f}"
+
+
 @pytest.mark.parametrize("seeds,text", [([4], "4"), ([1, 2, 3, 5, 7, 8], "1–3, 5, 7–8"), ([3, 1, 2], "1–3")])
 def test_seed_ranges(seeds, text):
     assert qs.seed_ranges(seeds) == text
