@@ -103,8 +103,9 @@ def test_range_row_is_the_lowest_and_highest_seed_of_the_stored_runs(report):
     row = next(line for line in qs.table(report) if line.startswith("| test BLEU, lowest-highest seed |"))
     cells = [cell.strip() for cell in row.strip("|").split("|")[1:]]
     for key, cell in zip(qs._columns(report), cells):
-        bleu = [json.loads((runs / f"{key}-seed{seed}.json").read_text(encoding="utf-8"))["scores"]["test@default"]["bleu"]
-                for seed in report["summary"][key]["seeds"]]
+        records = [json.loads((runs / f"{key}-seed{seed}.json").read_text(encoding="utf-8"))
+                   for seed in report["summary"][key]["seeds"]]
+        bleu = [record["scores"]["test@default"]["bleu"] for record in records]
         assert cell == f"{min(bleu):.2f}-{max(bleu):.2f}"
 
 
