@@ -80,6 +80,9 @@ so these reach every run that loads the plugin. ``apply()`` installs each one on
 - ``sharded_optimizer.zero_sharding_with_torch`` (``plugin/sharded_optimizer.py``):
   ``--zero-sharding os`` on torch's ZeroRedundancyOptimizer (fairseq's needs fairscale);
   ``master_params``: ``--fp16``'s flat fp32 master copy only where every parameter is on the GPU.
+- ``background_loading.stop_at_exit`` (``plugin/background_loading.py``): fairseq's
+  background batch-loading thread, still building batches when a training stops before its
+  epoch ends, stops between batches at exit instead of aborting the process (exit 134).
 - ``one_line_errors``: a ``HybridError`` (bad input or a runtime failure: an ordinary
   exception a Python caller can catch) reaches the command line as its one line and exit status 1; Ctrl-C during a
   training ends with one line saying the update reached and how to resume.
@@ -105,7 +108,7 @@ from fairseq.distributed import utils as distributed_utils
 from fairseq.tasks import FairseqTask
 from fairseq.trainer import Trainer
 
-from . import (batch_limits, checkpoint_fit, checkpoints, checks, clipping, data_parallel,
+from . import (background_loading, batch_limits, checkpoint_fit, checkpoints, checks, clipping, data_parallel,
                generation_options, master_params, resumed_epoch, results_file, sentence_limits,
                sharded_optimizer, stops, usage_errors, world_size)
 from ..errors import PREFIX, HybridError, HybridRuntimeError, hybrid_error_in
@@ -425,3 +428,4 @@ def apply() -> None:
     data_parallel.torch_ddp_for_every_module()
     sharded_optimizer.zero_sharding_with_torch()
     master_params.flat_master_only_where_it_fits()
+    background_loading.stop_at_exit()

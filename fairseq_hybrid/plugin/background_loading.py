@@ -1,0 +1,94 @@
+"""fairseq's background batch loading stopped before the interpreter exits (installed by
+``fairseq_patches.apply`` for every model loaded with the plugin).
+
+fairseq's ``BufferedIterator`` (every training and validation epoch with
+``--data-buffer-size`` > 0, the default) builds batches in a daemon thread,
+``iterators.BackgroundConsumer``. A training that stops before its epoch ends (``--max-update``,
+``--patience``, a stop on a bad loss) leaves that thread building the next batches — torch
+code in C++ — when Python exits, and a daemon thread caught in C++ by the interpreter's
+shutdown aborts the process: "terminate called without an active exception", exit status
+134, after a training that finished and saved (a recipe with ``set -e`` then fails).
+
+The patch lets each consumer stop between batches once the interpreter exits: an ``atexit``
+handler says so and waits for the consumers still running (at most ``JOIN_SECONDS`` each,
+the time one batch takes to build). Until then nothing changes: the consumer runs
+fairseq's own ``run`` with the same source and queue, only looked at between batches.
+"""
+from __future__ import annotations
+
+import atexit
+import functools
+import queue
+import threading
+import weakref
+from typing import Any, Callable, Iterable, Iterator
+
+from fairseq.data import iterators
+
+JOIN_SECONDS = 30.0
+_EXITING = threading.Event()
+_RUNNING: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
+
+
+class _Exiting(BaseException):
+    """Raised in a consumer once the interpreter exits (not an ``Exception``, so fairseq's
+    ``run`` does not hand it to the training as a loading error)."""
+
+
+class _PutUntilExit:
+    """The consumer's queue, whose ``put`` gives up when the interpreter exits instead of
+    waiting for room that no training will make."""
+
+    def __init__(self, wrapped: queue.Queue) -> None:
+        self._wrapped = wrapped
+
+    def put(self, item: Any) -> None:
+        while True:
+            if _EXITING.is_set():
+                raise _Exiting
+            try:
+                self._wrapped.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+
+def _until_exit(source: Iterable) -> Iterator:
+    for item in source:
+        if _EXITING.is_set():
+            raise _Exiting
+        yield item
+
+
+def stoppable_run(original: Callable[[Any], None], consumer: Any) -> None:
+    """fairseq's ``BackgroundConsumer.run`` on a source and queue that stop at exit."""
+    consumer._source = _until_exit(consumer._source)
+    consumer._queue = _PutUntilExit(consumer._queue)
+    _RUNNING.add(consumer)
+    try:
+        original(consumer)
+    except _Exiting:
+        pass
+
+
+def stop_consumers() -> None:
+    """Tell every running consumer the interpreter exits and wait for it (``atexit``)."""
+    _EXITING.set()
+    for consumer in list(_RUNNING):
+        if consumer is not threading.current_thread():
+            consumer.join(JOIN_SECONDS)
+
+
+def stop_at_exit() -> None:
+    """Install the patch (idempotent)."""
+    original = iterators.BackgroundConsumer.run
+    if getattr(original, "_hybrid_stoppable", False):
+        return
+
+    @functools.wraps(original)
+    def run(self: iterators.BackgroundConsumer) -> None:
+        stoppable_run(original, self)
+
+    run._hybrid_stoppable = True
+    iterators.BackgroundConsumer.run = run
+    atexit.register(stop_consumers)
