@@ -12,7 +12,8 @@ shutdown aborts the process: "terminate called without an active exception", exi
 The patch lets each consumer stop between batches once the interpreter exits: an ``atexit``
 handler says so and waits for the consumers still running (at most ``JOIN_SECONDS`` each,
 the time one batch takes to build). Until then nothing changes: the consumer runs
-fairseq's own ``run`` with the same source and queue, only looked at between batches.
+fairseq's own ``run`` with the same source and queue, only looked at between batches
+(each ``put``).
 """
 from __future__ import annotations
 
@@ -20,14 +21,12 @@ import atexit
 import functools
 import queue
 import threading
-import weakref
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable
 
 from fairseq.data import iterators
 
 JOIN_SECONDS = 30.0
 _EXITING = threading.Event()
-_RUNNING: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
 
 
 class _Exiting(BaseException):
@@ -53,18 +52,10 @@ class _PutUntilExit:
                 continue
 
 
-def _until_exit(source: Iterable) -> Iterator:
-    for item in source:
-        if _EXITING.is_set():
-            raise _Exiting
-        yield item
-
-
 def stoppable_run(original: Callable[[Any], None], consumer: Any) -> None:
-    """fairseq's ``BackgroundConsumer.run`` on a source and queue that stop at exit."""
-    consumer._source = _until_exit(consumer._source)
+    """fairseq's ``BackgroundConsumer.run`` on a queue that stops it at exit (it puts each
+    batch as soon as it is built, so the next ``put`` is the point between batches)."""
     consumer._queue = _PutUntilExit(consumer._queue)
-    _RUNNING.add(consumer)
     try:
         original(consumer)
     except _Exiting:
@@ -74,9 +65,9 @@ def stoppable_run(original: Callable[[Any], None], consumer: Any) -> None:
 def stop_consumers() -> None:
     """Tell every running consumer the interpreter exits and wait for it (``atexit``)."""
     _EXITING.set()
-    for consumer in list(_RUNNING):
-        if consumer is not threading.current_thread():
-            consumer.join(JOIN_SECONDS)
+    for thread in threading.enumerate():
+        if isinstance(thread, iterators.BackgroundConsumer) and thread is not threading.current_thread():
+            thread.join(JOIN_SECONDS)
 
 
 def stop_at_exit() -> None:
