@@ -117,7 +117,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
         if getattr(args, key, None) is None:
             setattr(args, key, value)
     if args.grow_to is None:
-        args.grow_to = SAMPLE_GROW_TO if not (args.quick or args.data or args.preset != "sample") else 0
+        args.grow_to = SAMPLE_GROW_TO if args.preset == "sample" and not (args.quick or args.data) else 0
     try:
         args.seed_list = [int(s) for s in args.seeds.split(",")]
         args.lenpen_list = tuple(float(x) for x in args.lenpens.split(","))

@@ -58,7 +58,7 @@ def seed_ranges(seeds: Sequence[int]) -> str:
     return ", ".join(parts)
 
 
-def seed_range(stat: Dict[str, object]) -> str:
+def lowest_to_highest(stat: Dict[str, object]) -> str:
     """'lowest-highest' of a measure over a model's seeds (what one run may score: the demo is one)."""
     return f"{min(stat['values']):.2f}-{max(stat['values']):.2f}"
 
@@ -97,7 +97,7 @@ def table(report: Dict[str, object]) -> List[str]:
     probe = next((m for m in measures[keys[0]] if m.startswith("BLEU, made-up probe") and "lenpen" not in m), None)
     lines = ["| | " + " | ".join(_short(report, k) for k in keys) + " |", "| --- |" + " ---: |" * len(keys),
              row("test BLEU / chrF", lambda k: f"{mean_std(measures[k]['BLEU'])} / {mean_std(measures[k]['chrF'])}"),
-             row("test BLEU, lowest-highest seed", lambda k: seed_range(measures[k]["BLEU"]))]
+             row("test BLEU, lowest-highest seed", lambda k: lowest_to_highest(measures[k]["BLEU"]))]
     if longest:
         lines.append(row(longest, lambda k: mean_std(measures[k][longest])))
     if probe:
