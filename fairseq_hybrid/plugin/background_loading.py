@@ -21,7 +21,7 @@ import atexit
 import functools
 import queue
 import threading
-from typing import Any, Callable
+from typing import Any
 
 from fairseq.data import iterators
 
@@ -52,16 +52,6 @@ class _PutUntilExit:
                 continue
 
 
-def stoppable_run(original: Callable[[Any], None], consumer: Any) -> None:
-    """fairseq's ``BackgroundConsumer.run`` on a queue that stops it at exit (it puts each
-    batch as soon as it is built, so the next ``put`` is the point between batches)."""
-    consumer._queue = _PutUntilExit(consumer._queue)
-    try:
-        original(consumer)
-    except _Exiting:
-        pass
-
-
 def stop_consumers() -> None:
     """Tell every running consumer the interpreter exits and wait for it (``atexit``)."""
     _EXITING.set()
@@ -78,7 +68,13 @@ def stop_at_exit() -> None:
 
     @functools.wraps(original)
     def run(self: iterators.BackgroundConsumer) -> None:
-        stoppable_run(original, self)
+        # fairseq's own run on a queue that stops it at exit: it puts each batch as soon as
+        # it is built, so the next put is the point between batches
+        self._queue = _PutUntilExit(self._queue)
+        try:
+            original(self)
+        except _Exiting:
+            pass
 
     run._hybrid_stoppable = True
     iterators.BackgroundConsumer.run = run
