@@ -400,7 +400,7 @@ def test_the_study_grows_to_the_seeds_its_spread_needs_then_stops(monkeypatch, t
     assert [sorted({seed for _, seed in runs}) for runs in trained] == [list(range(1, 11)), [11, 12]]
     assert sorted(trained[1]) == sorted((key, seed) for key in ("lstm", "hybrid", "hybrid_if") for seed in (11, 12))
     assert ("hybrid - lstm BLEU: 95% half-width ±0.40/±0.38, target ±0.35, the spread needs 12 seeds per model: "
-            "growing to 12 (--grow-to 20)") in capsys.readouterr().out
+            "growing to 12 (--grow-to 24)") in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv,seeds", [(["--grow-to", "0"], 10), (["--grow-to", "11"], 11),
@@ -424,7 +424,7 @@ def test_only_the_bundled_samples_full_study_grows_by_default(tmp_path):
     (tmp_path / "test.en").write_text("a\n")
     raw = str(tmp_path / "test.en")
     own_data = ["--data", str(tmp_path), "--reference", raw, "--source", raw]
-    assert quality.parse_args([]).grow_to == quality.SAMPLE_GROW_TO == 20
+    assert quality.parse_args([]).grow_to == quality.SAMPLE_GROW_TO == 24
     for argv in (["--quick"], ["--preset", "wmt"], own_data):  # their runs cost what their data costs
         assert quality.parse_args(argv).grow_to == 0, argv
     assert quality.parse_args(["--preset", "wmt", "--grow-to", "12"]).grow_to == 12
