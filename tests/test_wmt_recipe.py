@@ -78,8 +78,12 @@ def lines(path: Path) -> list:
 
 def file_states(root: Path) -> Dict[str, tuple]:
     """Every file under root: (size, modification time in ns), to tell a rerun that wrote nothing."""
-    return {str(path.relative_to(root)): (path.stat().st_size, path.stat().st_mtime_ns)
-            for path in sorted(root.rglob("*")) if path.is_file()}
+    states = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            state = path.stat()
+            states[str(path.relative_to(root))] = (state.st_size, state.st_mtime_ns)
+    return states
 
 
 def test_wmt14_end_to_end_on_the_fake_mirror_resuming_a_download_then_a_rerun_skips_every_stage(mirror, tmp_path):
