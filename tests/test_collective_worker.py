@@ -34,7 +34,14 @@ def test_inline_collectives_run_when_issued_on_the_calling_thread_and_fail_when_
     failed = worker.submit("the broken one", lambda: [][1], reads=[0], writes=[1])  # no raise yet
     with pytest.raises(WorkerError, match=r"^the broken one failed on the collective worker: IndexError"):
         failed.wait()
+    interrupted = worker.submit("the interrupted one", ctrl_c, reads=[0], writes=[1])
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C is not the collective's failure: it goes on as it is
+        interrupted.wait()
     assert worker._executor is None  # inline: no thread was ever started
+
+
+def ctrl_c():
+    raise KeyboardInterrupt
 
 
 def test_the_thread_uses_its_own_torch_thread_count_and_starts_again_after_close():

@@ -85,3 +85,23 @@ def test_cpu_workers_split_the_cores_unless_the_user_chose_a_thread_count(monkey
     monkeypatch.delenv("OMP_NUM_THREADS")
     monkeypatch.setattr(worker, "TORCH_THREADS_AT_IMPORT", 3)  # torch.set_num_threads(1) after import
     assert worker.cpu_threads_per_worker(2) == 1
+
+
+def test_ctrl_c_in_an_inline_task_reaches_the_caller_as_ctrl_c():
+    """A KeyboardInterrupt (Ctrl-C lands on the main thread, which runs the inline tasks) is
+    not a worker's failure: it goes on as it is, so that fairseq-train ends as on Ctrl-C,
+    even when another task failed too."""
+    workers = DeviceWorkers([torch.device("cpu"), torch.device("cpu")])
+
+    def ctrl_c():
+        raise KeyboardInterrupt
+
+    def boom():
+        raise ValueError("bad shape 7")
+
+    for tasks in ([(0, "fine", lambda: 1), (1, "inline", ctrl_c)],
+                  [(0, "broken", boom), (1, "inline", ctrl_c)]):
+        with pytest.raises(KeyboardInterrupt):
+            workers.run_all(tasks, inline_device=torch.device("cpu"))
+    assert workers.run_all([(0, "after", lambda: 42)]) == [42]
+    workers.close()

@@ -77,7 +77,7 @@ class PendingCollective:
         caller's current streams ordered after it). Raises ``WorkerError`` if it failed."""
         try:
             result, done_events = self._future.result()
-        except BaseException as error:
+        except Exception as error:  # Ctrl-C while waiting (KeyboardInterrupt) goes on as it is
             raise WorkerError(f"{self.description} failed on the collective worker: "
                               f"{type(error).__name__}: {error}") from error
         for device, event in done_events:

@@ -141,8 +141,11 @@ class DeviceWorkers:
                 while_waiting()
         finally:
             wait(futures)  # nothing is left running, whatever happened here
-        for future, (index, description, _) in zip(futures, tasks):
-            error: Optional[BaseException] = future.exception()
+        errors: List[Optional[BaseException]] = [future.exception() for future in futures]
+        for error in errors:  # Ctrl-C in an inline task (KeyboardInterrupt) or an exit goes on as it is
+            if error is not None and not isinstance(error, Exception):
+                raise error
+        for error, (index, description, _) in zip(errors, tasks):
             if error is not None:
                 raise WorkerError(
                     f"{description} failed on worker {index} ({self.devices[index]}): "
