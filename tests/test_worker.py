@@ -1,6 +1,7 @@
 """One worker thread per device (fairseq_hybrid/parallel/worker.py): tasks run on their
 device's thread, and a failure reaches the caller with its traceback, nothing hanging."""
 import threading
+import time
 
 import pytest
 import torch
@@ -104,4 +105,25 @@ def test_ctrl_c_in_an_inline_task_reaches_the_caller_as_ctrl_c():
         with pytest.raises(KeyboardInterrupt):
             workers.run_all(tasks, inline_device=torch.device("cpu"))
     assert workers.run_all([(0, "after", lambda: 42)]) == [42]
+    workers.close()
+
+
+def test_ctrl_c_in_an_inline_task_goes_on_at_once_but_after_the_workers_tasks_end():
+    """Ctrl-C stops the inline tasks still to run (and ``while_waiting``), yet reaches the
+    caller only once every worker's task has ended: nothing is left running."""
+    workers = DeviceWorkers([torch.device("cpu", 0), torch.device("cpu")])
+    ran = []
+
+    def slow():
+        time.sleep(0.3)
+        ran.append("worker")
+
+    def ctrl_c():
+        raise KeyboardInterrupt
+
+    tasks = [(0, "slow", slow), (1, "inline", ctrl_c), (1, "later inline", lambda: ran.append("inline"))]
+    with pytest.raises(KeyboardInterrupt):
+        workers.run_all(tasks, inline_device=torch.device("cpu"),
+                        while_waiting=lambda: ran.append("while waiting"))
+    assert ran == ["worker"]
     workers.close()

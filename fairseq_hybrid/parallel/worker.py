@@ -4,7 +4,8 @@ A device's worker issues all of that device's work, so one device's Python and l
 overhead never serialises the others; on CPU "devices" the workers run on separate cores
 for real (torch ops release the GIL). ``run_all`` runs a batch of tasks (one clock cycle,
 or one head shard per device) and waits for all of them; a task's exception reaches the
-caller with its original traceback chained, and nothing is left waiting.
+caller with its original traceback chained, a Ctrl-C on the calling thread goes on as
+Ctrl-C, and nothing is left running either way.
 
 The only device-specific code: a CUDA worker sets its thread's current device once, and
 then issues everything on that device's current (default) stream; and a backward running
@@ -123,6 +124,7 @@ class DeviceWorkers:
             return run
 
         futures: List[Future] = []
+        submitted: List[Future] = []
         inline: List[Tuple[Future, Callable[[], Any]]] = []
         for index, _, fn in tasks:
             future: Future = Future()
@@ -130,21 +132,19 @@ class DeviceWorkers:
                 inline.append((future, fn))
             else:
                 future = self._executors[index].submit(with_grad_mode(fn))
+                submitted.append(future)
             futures.append(future)
-        for future, fn in inline:
-            try:
-                future.set_result(fn())
-            except BaseException as error:  # reported below, like a worker's
-                future.set_exception(error)
-        try:
+        try:  # Ctrl-C (KeyboardInterrupt) or an exit here goes on as it is
+            for future, fn in inline:
+                try:
+                    future.set_result(fn())
+                except Exception as error:  # reported below, like a worker's
+                    future.set_exception(error)
             if while_waiting is not None:
                 while_waiting()
         finally:
-            wait(futures)  # nothing is left running, whatever happened here
+            wait(submitted)  # nothing is left running, whatever happened here
         errors: List[Optional[BaseException]] = [future.exception() for future in futures]
-        for error in errors:  # Ctrl-C in an inline task (KeyboardInterrupt) or an exit goes on as it is
-            if error is not None and not isinstance(error, Exception):
-                raise error
         for error, (index, description, _) in zip(errors, tasks):
             if error is not None:
                 raise WorkerError(
