@@ -88,14 +88,15 @@ def test_cpu_workers_split_the_cores_unless_the_user_chose_a_thread_count(monkey
     assert worker.cpu_threads_per_worker(2) == 1
 
 
+def ctrl_c():
+    raise KeyboardInterrupt
+
+
 def test_ctrl_c_in_an_inline_task_reaches_the_caller_as_ctrl_c():
     """A KeyboardInterrupt (Ctrl-C lands on the main thread, which runs the inline tasks) is
     not a worker's failure: it goes on as it is, so that fairseq-train ends as on Ctrl-C,
     even when another task failed too."""
     workers = DeviceWorkers([torch.device("cpu"), torch.device("cpu")])
-
-    def ctrl_c():
-        raise KeyboardInterrupt
 
     def boom():
         raise ValueError("bad shape 7")
@@ -117,9 +118,6 @@ def test_ctrl_c_in_an_inline_task_goes_on_at_once_but_after_the_workers_tasks_en
     def slow():
         time.sleep(0.3)
         ran.append("worker")
-
-    def ctrl_c():
-        raise KeyboardInterrupt
 
     tasks = [(0, "slow", slow), (1, "inline", ctrl_c), (1, "later inline", lambda: ran.append("inline"))]
     with pytest.raises(KeyboardInterrupt):

@@ -144,8 +144,8 @@ class DeviceWorkers:
                 while_waiting()
         finally:
             wait(submitted)  # nothing is left running, whatever happened here
-        errors: List[Optional[BaseException]] = [future.exception() for future in futures]
-        for error, (index, description, _) in zip(errors, tasks):
+        for future, (index, description, _) in zip(futures, tasks):
+            error: Optional[BaseException] = future.exception()
             if error is not None:
                 raise WorkerError(
                     f"{description} failed on worker {index} ({self.devices[index]}): "
